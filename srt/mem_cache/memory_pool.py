@@ -1,0 +1,104 @@
+"""The two memory pools: request rows (ReqToTokenPool) and per-token KV slots (MHATokenToKVPool).
+
+req_to_token[row, pos] is the KV slot holding token `pos` of the request that owns `row`. Row 0
+and slot 0 are dummies for padded CUDA-graph rows. The scheduler reads slot numbers only from the
+host mirror `req_to_token_cpu`, so it never waits on the device.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import torch
+
+
+class ReqToTokenPool:
+    def __init__(self, size: int, max_context_len: int, device: str):
+        self.size = size
+        self.max_context_len = max_context_len
+        self.device = device
+        self.req_to_token = torch.zeros((size + 1, max_context_len), dtype=torch.int32, device=device)
+        if torch.device(device).type == "cpu":
+            self.req_to_token_cpu = self.req_to_token
+        else:
+            self.req_to_token_cpu = torch.zeros((size + 1, max_context_len), dtype=torch.int32)
+        self.free_slots: List[int] = list(range(1, size + 1))
+
+    def available_size(self) -> int:
+        return len(self.free_slots)
+
+    def alloc(self, n: int = 1) -> Optional[List[int]]:
+        if n > len(self.free_slots):
+            return None
+        out, self.free_slots = self.free_slots[:n], self.free_slots[n:]
+        return out
+
+    def free(self, idx: int) -> None:
+        self.free_slots.append(idx)
+
+    def clear(self) -> None:
+        self.free_slots = list(range(1, self.size + 1))
+
+    def write(self, row: int, start: int, slots: torch.Tensor) -> None:
+        """Record `slots` as positions [start, start+len) of `row` (host mirror and device table)."""
+        end = start + len(slots)
+        self.req_to_token_cpu[row, start:end] = slots.to(torch.int32)
+        if self.req_to_token_cpu is not self.req_to_token:
+            self.req_to_token[row, start:end] = slots.to(self.device, torch.int32, non_blocking=True)
+
+    def write_batch(self, rows: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+                    rows_dev: Optional[torch.Tensor] = None, positions_dev: Optional[torch.Tensor] = None,
+                    slots_dev: Optional[torch.Tensor] = None) -> None:
+        """Scatter one slot per (row, position): the decode step's new tokens."""
+        self.req_to_token_cpu[rows, positions] = slots.to(torch.int32)
+        if self.req_to_token_cpu is not self.req_to_token:
+            r = rows_dev if rows_dev is not None else rows.to(self.device, non_blocking=True)
+            p = positions_dev if positions_dev is not None else positions.to(self.device, non_blocking=True)
+            s = slots_dev if slots_dev is not None else slots.to(self.device, non_blocking=True)
+            self.req_to_token[r, p] = s.to(torch.int32)
+
+    def read(self, row: int, start: int, end: int) -> torch.Tensor:
+        return self.req_to_token_cpu[row, start:end].to(torch.int64)
+
+
+class MHATokenToKVPool:
+    """Per-layer K and V buffers of shape [size + page_size, kv_heads, head_dim]."""
+
+    def __init__(self, size: int, page_size: int, dtype: torch.dtype, head_num: int, head_dim: int,
+                 layer_num: int, device: str, v_head_dim: Optional[int] = None):
+        self.size = size
+        self.page_size = page_size
+        self.dtype = dtype
+        self.head_num = head_num
+        self.head_dim = head_dim
+        self.v_head_dim = v_head_dim or head_dim
+        self.layer_num = layer_num
+        self.device = device
+        # fp8 is stored as uint8-compatible float8 and read back with a per-layer scale (default 1.0).
+        self.store_dtype = dtype
+        rows = size + page_size
+        self.k_buffer = [torch.zeros((rows, head_num, head_dim), dtype=dtype, device=device) for _ in range(layer_num)]
+        self.v_buffer = [torch.zeros((rows, head_num, self.v_head_dim), dtype=dtype, device=device)
+                         for _ in range(layer_num)]
+        self.k_scale = [1.0] * layer_num
+        self.v_scale = [1.0] * layer_num
+
+    @staticmethod
+    def bytes_per_token(head_num: int, head_dim: int, layer_num: int, dtype: torch.dtype,
+                        v_head_dim: Optional[int] = None) -> int:
+        elem = torch.empty(0, dtype=dtype).element_size()
+        return head_num * (head_dim + (v_head_dim or head_dim)) * layer_num * elem
+
+    def get_key_buffer(self, layer_id: int) -> torch.Tensor:
+        return self.k_buffer[layer_id]
+
+    def get_value_buffer(self, layer_id: int) -> torch.Tensor:
+        return self.v_buffer[layer_id]
+
+    def set_kv_buffer(self, layer_id: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        if k.dtype != self.dtype:
+            ks, vs = self.k_scale[layer_id], self.v_scale[layer_id]
+            k = (k / ks if ks != 1.0 else k).to(self.dtype)
+            v = (v / vs if vs != 1.0 else v).to(self.dtype)
+        self.k_buffer[layer_id][loc] = k
+        self.v_buffer[layer_id][loc] = v

