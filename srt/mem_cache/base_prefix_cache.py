@@ -1,0 +1,87 @@
+"""The prefix-cache interface the scheduler talks to (RadixCache, or ChunkCache when sharing is off).
+
+Ownership rule shared by every implementation: slots handed to `insert` become the cache's; the
+cache gives them back to the allocator only through eviction. A request keeps owning the slots of
+its row past `req.cache_protected_len`, except where `cache_*_req` says it frees them.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, List, Optional
+
+import torch
+
+if TYPE_CHECKING:
+    from sglang.srt.managers.req import Req
+
+
+@dataclass
+class MatchResult:
+    """The longest cached prefix of a key.
+
+    device_indices: KV slots of the matched tokens (int64, CPU), in token order.
+    last_node: the deepest tree node of the match (the root when nothing matched); lock it with
+        inc_lock_ref to keep the prefix from being evicted while a request uses it.
+    """
+
+    device_indices: torch.Tensor
+    last_node: Any
+
+
+def empty_indices() -> torch.Tensor:
+    return torch.empty(0, dtype=torch.int64)
+
+
+class BasePrefixCache(ABC):
+    page_size: int = 1
+    disable: bool = False
+
+    @abstractmethod
+    def reset(self) -> None:
+        """Forget every cached prefix (the allocator is left alone)."""
+
+    @abstractmethod
+    def match_prefix(self, key: List[int], extra_key: Optional[str] = None) -> MatchResult:
+        ...
+
+    @abstractmethod
+    def insert(self, key: List[int], value: torch.Tensor, extra_key: Optional[str] = None,
+               priority: Optional[int] = None, chunked: bool = False) -> int:
+        """Cache `value` for `key`; returns how many leading tokens were already cached."""
+
+    @abstractmethod
+    def evict(self, num_tokens: int) -> int:
+        """Free at least `num_tokens` unlocked cached tokens if possible; returns the number freed."""
+
+    @abstractmethod
+    def inc_lock_ref(self, node: Any) -> int:
+        """Protect the path ending at `node`; returns the change in evictable_size()."""
+
+    @abstractmethod
+    def dec_lock_ref(self, node: Any) -> int:
+        """Undo one inc_lock_ref; returns the change in evictable_size()."""
+
+    @abstractmethod
+    def evictable_size(self) -> int:
+        ...
+
+    @abstractmethod
+    def protected_size(self) -> int:
+        ...
+
+    def total_size(self) -> int:
+        return self.evictable_size() + self.protected_size()
+
+    @abstractmethod
+    def cache_finished_req(self, req: "Req", is_insert: bool = True) -> None:
+        ...
+
+    @abstractmethod
+    def cache_unfinished_req(self, req: "Req", chunked: bool = False) -> None:
+        ...
+
+    @abstractmethod
+    def pretty_print(self) -> str:
+        ...
