@@ -1,0 +1,47 @@
+"""The attention backend interface: kernels that read K/V through req_to_token slot indices."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from sglang.srt.layers.radix_attention import RadixAttention
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+
+
+class AttentionBackend:
+    """Stores this pass's K/V into the pool, then attends each query to its request's slots."""
+
+    def init_forward_metadata(self, forward_batch: "ForwardBatch") -> None:
+        """Per-pass precomputation shared by all layers (index tensors, split counts...)."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: "RadixAttention",
+                forward_batch: "ForwardBatch", save_kv_cache: bool = True) -> torch.Tensor:
+        if forward_batch.forward_mode.is_decode():
+            return self.forward_decode(q, k, v, layer, forward_batch, save_kv_cache)
+        return self.forward_extend(q, k, v, layer, forward_batch, save_kv_cache)
+
+    def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True) -> torch.Tensor:
+        raise NotImplementedError
+
+    # ---- CUDA graphs (decode) ----
+    supports_cuda_graph = False
+
+    def init_cuda_graph_state(self, max_bs: int) -> None:
+        raise NotImplementedError
+
+    def init_forward_metadata_capture_cuda_graph(self, bs: int, req_pool_indices: torch.Tensor,
+                                                 seq_lens: torch.Tensor) -> None:
+        raise NotImplementedError
+
+    def init_forward_metadata_replay_cuda_graph(self, bs: int, req_pool_indices: torch.Tensor,
+                                                seq_lens: torch.Tensor) -> None:
+        raise NotImplementedError
+
+    def get_cuda_graph_seq_len_fill_value(self) -> int:
+        return 1

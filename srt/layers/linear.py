@@ -1,0 +1,131 @@
+"""Tensor-parallel linear layers.
+
+Column-parallel layers split the output features across ranks (no communication); row-parallel
+layers split the input features and all-reduce the partial products. QKV and gate/up are merged
+column-parallel layers whose weight loaders place each HF shard (q, k, v / gate, up) into its slice
+of the merged matrix, taking only this rank's part.
+
+Parameters are allocated uninitialised: the loader (or the dummy initialiser) fills them.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Union
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from sglang.srt.distributed.parallel_state import get_tp_rank, get_tp_size, tp_all_reduce
+
+
+def _param(*shape: int) -> nn.Parameter:
+    return nn.Parameter(torch.empty(*shape), requires_grad=False)
+
+
+def _divide(a: int, b: int) -> int:
+    if a % b:
+        raise ValueError(f"{a} is not divisible by tensor-parallel size {b}")
+    return a // b
+
+
+class ColumnParallelLinear(nn.Module):
+    def __init__(self, input_size: int, output_size: int, bias: bool = False, gather_output: bool = False):
+        super().__init__()
+        self.tp_rank, self.tp_size = get_tp_rank(), get_tp_size()
+        self.input_size = input_size
+        self.output_size_per_rank = _divide(output_size, self.tp_size)
+        self.weight = _param(self.output_size_per_rank, input_size)
+        self.weight.weight_loader = self.weight_loader
+        self.bias = _param(self.output_size_per_rank) if bias else None
+        if self.bias is not None:
+            self.bias.weight_loader = self.weight_loader
+        assert not gather_output, "gathering column outputs is not needed by our models"
+
+    def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: Optional[Union[str, int]] = None) -> None:
+        n = self.output_size_per_rank
+        param.data.copy_(loaded.narrow(0, self.tp_rank * n, n))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+
+class MergedColumnParallelLinear(ColumnParallelLinear):
+    """Several column-parallel matrices stored as one (gate_up_proj = [gate; up])."""
+
+    def __init__(self, input_size: int, output_sizes: List[int], bias: bool = False):
+        super().__init__(input_size, sum(output_sizes), bias)
+        self.output_sizes = output_sizes
+
+    def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: Optional[Union[str, int]] = None) -> None:
+        assert isinstance(shard_id, int)
+        size = _divide(self.output_sizes[shard_id], self.tp_size)
+        offset = sum(_divide(s, self.tp_size) for s in self.output_sizes[:shard_id])
+        param.data.narrow(0, offset, size).copy_(loaded.narrow(0, self.tp_rank * size, size))
+
+
+class QKVParallelLinear(ColumnParallelLinear):
+    """q, k and v projections merged; query heads split across ranks, KV heads split or replicated."""
+
+    def __init__(self, hidden_size: int, head_dim: int, total_num_heads: int, total_num_kv_heads: int,
+                 bias: bool = False):
+        tp = get_tp_size()
+        self.head_dim = head_dim
+        self.num_heads = _divide(total_num_heads, tp)
+        if total_num_kv_heads >= tp:
+            self.num_kv_heads = _divide(total_num_kv_heads, tp)
+            self.kv_replicas = 1
+        else:
+            self.num_kv_heads = 1
+            self.kv_replicas = _divide(tp, total_num_kv_heads)
+        out = (self.num_heads + 2 * self.num_kv_heads) * head_dim * tp
+        super().__init__(hidden_size, out, bias)
+
+    def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: Optional[Union[str, int]] = None) -> None:
+        q_size = self.num_heads * self.head_dim
+        kv_size = self.num_kv_heads * self.head_dim
+        if shard_id == "q":
+            offset, size, rank_slot = 0, q_size, self.tp_rank
+        elif shard_id == "k":
+            offset, size, rank_slot = q_size, kv_size, self.tp_rank // self.kv_replicas
+        elif shard_id == "v":
+            offset, size, rank_slot = q_size + kv_size, kv_size, self.tp_rank // self.kv_replicas
+        else:
+            raise ValueError(f"bad qkv shard id {shard_id}")
+        param.data.narrow(0, offset, size).copy_(loaded.narrow(0, rank_slot * size, size))
+
+
+class RowParallelLinear(nn.Module):
+    def __init__(self, input_size: int, output_size: int, bias: bool = False, reduce_results: bool = True):
+        super().__init__()
+        self.tp_rank, self.tp_size = get_tp_rank(), get_tp_size()
+        self.input_size_per_rank = _divide(input_size, self.tp_size)
+        self.output_size = output_size
+        self.reduce_results = reduce_results
+        self.weight = _param(output_size, self.input_size_per_rank)
+        self.weight.weight_loader = self.weight_loader
+        self.bias = _param(output_size) if bias else None
+        if self.bias is not None:
+            self.bias.weight_loader = lambda p, w, s=None: p.data.copy_(w)
+
+    def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: Optional[Union[str, int]] = None) -> None:
+        n = self.input_size_per_rank
+        param.data.copy_(loaded.narrow(1, self.tp_rank * n, n))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.linear(x, self.weight)
+        if self.reduce_results and self.tp_size > 1:
+            out = tp_all_reduce(out)
+        if self.bias is not None:
+            out = out + self.bias
+        return out
+
+
+class ReplicatedLinear(nn.Module):
+    def __init__(self, input_size: int, output_size: int, bias: bool = False):
+        super().__init__()
+        self.weight = _param(output_size, input_size)
+        self.bias = _param(output_size) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)

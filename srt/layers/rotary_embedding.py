@@ -1,0 +1,101 @@
+"""Rotary position embedding (rotate-half layout) with default, linear, llama3 and yarn frequency scaling."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, Optional, Tuple
+
+import torch
+from torch import nn
+
+_fused = None  # Triton in-place rotary on CUDA, bound by model_runner
+
+
+def set_fused_rotary(impl) -> None:
+    global _fused
+    _fused = impl
+
+
+def _inv_freq(dim: int, base: float) -> torch.Tensor:
+    return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+
+
+def _llama3_inv_freq(inv: torch.Tensor, s: Dict[str, Any]) -> torch.Tensor:
+    factor = s["factor"]
+    low, high = s.get("low_freq_factor", 1.0), s.get("high_freq_factor", 4.0)
+    old_len = s.get("original_max_position_embeddings", 8192)
+    wavelen = 2 * math.pi / inv
+    low_wl, high_wl = old_len / low, old_len / high
+    scaled = torch.where(wavelen > low_wl, inv / factor, inv)
+    smooth = (old_len / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = (wavelen >= high_wl) & (wavelen <= low_wl)
+    return torch.where(medium, smoothed, scaled)
+
+
+def _yarn_inv_freq(dim: int, base: float, s: Dict[str, Any], max_pos: int) -> Tuple[torch.Tensor, float]:
+    factor = s["factor"]
+    orig = s.get("original_max_position_embeddings", max_pos)
+    mscale = s.get("attention_factor") or (0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0)
+    beta_fast, beta_slow = s.get("beta_fast", 32), s.get("beta_slow", 1)
+
+    def corr(rot: float) -> float:
+        return dim * math.log(orig / (rot * 2 * math.pi)) / (2 * math.log(base))
+
+    lo = max(math.floor(corr(beta_fast)), 0)
+    hi = min(math.ceil(corr(beta_slow)), dim - 1)
+    if lo == hi:
+        hi += 0.001
+    ramp = ((torch.arange(dim // 2, dtype=torch.float64) - lo) / (hi - lo)).clamp(0, 1)
+    pos = base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    extra, inter = 1.0 / pos, 1.0 / (factor * pos)
+    keep = 1 - ramp
+    return inter * (1 - keep) + extra * keep, float(mscale)
+
+
+class RotaryEmbedding(nn.Module):
+    def __init__(self, head_dim: int, max_position: int, base: float, scaling: Optional[Dict[str, Any]] = None,
+                 rotary_dim: Optional[int] = None):
+        super().__init__()
+        self.head_dim = head_dim
+        self.rotary_dim = rotary_dim or head_dim
+        kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
+        inv = _inv_freq(self.rotary_dim, base)
+        mscale = 1.0
+        positions = max_position
+        if kind == "linear":
+            inv = inv / scaling["factor"]
+        elif kind == "llama3":
+            inv = _llama3_inv_freq(inv, scaling)
+        elif kind == "yarn":
+            inv, mscale = _yarn_inv_freq(self.rotary_dim, base, scaling, max_position)
+        elif kind == "dynamic":
+            pass  # static context: dynamic NTK only changes frequencies beyond the trained length
+        elif kind not in ("default", None):
+            raise ValueError(f"unsupported rope scaling {kind!r}")
+        t = torch.arange(positions, dtype=torch.float64)
+        freqs = torch.outer(t, inv)
+        emb = torch.cat([freqs, freqs], dim=-1)
+        self.register_buffer("cos_cache", (emb.cos() * mscale).float(), persistent=False)
+        self.register_buffer("sin_cache", (emb.sin() * mscale).float(), persistent=False)
+
+    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """q: [N, H*D], k: [N, Hkv*D]; returns rotated (q, k) of the same shapes."""
+        if _fused is not None and q.is_cuda:
+            return _fused(positions, q, k, self.cos_cache, self.sin_cache, self.head_dim, self.rotary_dim)
+        cos = self.cos_cache[positions].unsqueeze(1)
+        sin = self.sin_cache[positions].unsqueeze(1)
+        return self._apply(q, cos, sin), self._apply(k, cos, sin)
+
+    def _apply(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        n = x.shape[0]
+        x = x.view(n, -1, self.head_dim)
+        rd = self.rotary_dim
+        rot, rest = x[..., :rd], x[..., rd:]
+        half = rd // 2
+        x1, x2 = rot[..., :half].float(), rot[..., half:].float()
+        rotated = torch.cat([-x2, x1], dim=-1)
+        out = (rot.float() * cos + rotated * sin).to(x.dtype)
+        if rest.shape[-1]:
+            out = torch.cat([out, rest], dim=-1)
+        return out.reshape(n, -1)

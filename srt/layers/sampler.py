@@ -1,0 +1,109 @@
+"""Sampler: logits -> next token ids (+ logprobs), on the device, with no host synchronisation.
+
+Random draws come from a counter-based hash of (seed, output position, token id), so a request
+with a given seed gets the same tokens whatever batch it lands in, on any device.
+Logprobs reported to clients are those of the model's raw distribution (before temperature,
+penalties and filtering), which is what OpenAI clients expect.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional
+
+import torch
+
+from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
+
+_MASK32 = 0xFFFFFFFF
+
+
+@dataclass
+class SampleOutput:
+    next_token_ids: torch.Tensor                     # [bs] int64
+    invalid: Optional[torch.Tensor] = None           # [bs] bool: nothing was samplable (NaN logits)
+    next_token_logprobs: Optional[torch.Tensor] = None
+    top_logprobs_val: Optional[torch.Tensor] = None  # [bs, max_k]
+    top_logprobs_idx: Optional[torch.Tensor] = None
+
+
+def _fmix32(h: torch.Tensor) -> torch.Tensor:
+    """murmur3 finaliser on values held in int64 (products wrap mod 2^64; we keep the low 32 bits)."""
+    h = h ^ (h >> 16)
+    h = (h * 0x85EBCA6B) & _MASK32
+    h = h ^ (h >> 13)
+    h = (h * 0xC2B2AE35) & _MASK32
+    return h ^ (h >> 16)
+
+
+def uniform_noise(seeds: torch.Tensor, steps: torch.Tensor, vocab: int) -> torch.Tensor:
+    """[bs, vocab] uniforms in (0, 1), a pure function of (seed, step, token id)."""
+    row = _fmix32((seeds & _MASK32) ^ _fmix32((steps * 0x9E3779B1 + 0x7F4A7C15) & _MASK32))
+    cols = torch.arange(vocab, device=seeds.device, dtype=torch.int64)
+    h = _fmix32(((row[:, None] ^ (cols[None, :] * 0x27D4EB2F)) + 0x165667B1) & _MASK32)
+    return ((h >> 8).to(torch.float32) + 0.5) * (1.0 / (1 << 24))
+
+
+def apply_logit_adjustments(logits: torch.Tensor, info: SamplingBatchInfo) -> None:
+    """Bias, penalties, min_new_tokens and grammar masks, in place."""
+    if info.logit_bias is not None:
+        logits += info.logit_bias
+    if info.output_counts is not None:
+        logits -= info.frequency_penalties * info.output_counts
+        logits -= info.presence_penalties * (info.output_counts > 0).to(logits.dtype)
+    if info.repetition_penalties is not None:
+        pen = torch.where(logits > 0, 1.0 / info.repetition_penalties, info.repetition_penalties)
+        logits.copy_(torch.where(info.seen_mask, logits * pen, logits))
+    if info.min_tokens_block is not None:
+        logits.masked_fill_(info.min_tokens_block, float("-inf"))
+    if info.vocab_mask is not None and info.apply_vocab_mask is not None:
+        info.apply_vocab_mask(logits, info.vocab_mask)
+
+
+def sample(logits: torch.Tensor, info: SamplingBatchInfo, return_logprob: bool = False,
+           top_logprobs_nums: Optional[List[int]] = None) -> SampleOutput:
+    logits = logits.float()
+    raw_logprobs = torch.log_softmax(logits, dim=-1) if return_logprob else None
+    logits = logits.clone() if return_logprob else logits
+    apply_logit_adjustments(logits, info)
+    # NaN never reaches the argmax; a row with nothing allowed falls back to its raw argmax below.
+    logits = torch.nan_to_num(logits, nan=float("-inf"))
+    if info.is_all_greedy:
+        ids = logits.argmax(dim=-1)
+    else:
+        ids = _sample_filtered(logits, info)
+    dead = torch.isinf(logits).all(dim=-1) & (logits < 0).all(dim=-1)
+    ids = torch.where(dead, torch.zeros_like(ids), ids)
+    out = SampleOutput(next_token_ids=ids, invalid=dead)
+    if return_logprob:
+        out.next_token_logprobs = raw_logprobs.gather(1, ids.unsqueeze(1)).squeeze(1)
+        k = max(top_logprobs_nums or [0])
+        if k > 0:
+            out.top_logprobs_val, out.top_logprobs_idx = raw_logprobs.topk(k, dim=-1)
+    return out
+
+
+def _sample_filtered(logits: torch.Tensor, info: SamplingBatchInfo) -> torch.Tensor:
+    greedy_ids = logits.argmax(dim=-1)
+    probs = torch.softmax(logits / info.temperatures, dim=-1)
+    if info.need_top_k or info.need_top_p or info.need_min_p:
+        probs = _filter(probs, info)
+    # Exponential race: argmax p / E with E ~ Exp(1) draws a token with probability p (Gumbel-max).
+    u = uniform_noise(info.seeds, info.steps, probs.shape[-1])
+    sampled = (probs / (-torch.log(u))).argmax(dim=-1)
+    return torch.where(info.greedy, greedy_ids, sampled)
+
+
+def _filter(probs: torch.Tensor, info: SamplingBatchInfo) -> torch.Tensor:
+    sorted_p, order = probs.sort(dim=-1, descending=True)
+    ranks = torch.arange(probs.shape[-1], device=probs.device)[None, :]
+    keep = ranks < info.top_ks[:, None]
+    if info.need_top_p:
+        cum = sorted_p.cumsum(dim=-1)
+        keep &= (cum - sorted_p) <= info.top_ps[:, None]
+    if info.need_min_p:
+        keep &= sorted_p >= sorted_p[:, :1] * info.min_ps[:, None]
+    keep[:, 0] = True  # the most likely token always survives
+    sorted_p = sorted_p * keep
+    out = torch.zeros_like(probs).scatter_(1, order, sorted_p)
+    return out / out.sum(dim=-1, keepdim=True)

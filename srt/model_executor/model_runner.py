@@ -1,0 +1,190 @@
+"""ModelRunner: owns the model, the KV pools and the attention backend of one (TP) rank."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+import psutil
+import torch
+
+from sglang.srt.configs.model_config import ModelConfig
+from sglang.srt.distributed.parallel_state import get_tp_size
+from sglang.srt.layers.logits_processor import LogitsProcessorOutput
+from sglang.srt.layers.sampler import SampleOutput, sample
+from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
+from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
+from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+from sglang.srt.model_loader.loader import load_model
+from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
+from sglang.srt.server_args import ServerArgs
+
+logger = logging.getLogger(__name__)
+
+GB = 1 << 30
+# On the CPU the KV pool takes this share of free RAM unless --mem-fraction-static says otherwise.
+CPU_DEFAULT_KV_FRACTION = 0.05
+
+
+@dataclass
+class PoolSizes:
+    max_total_num_tokens: int
+    max_running_requests: int
+    available_mem_gb: float
+
+
+class ModelRunner:
+    def __init__(self, model_config: ModelConfig, server_args: ServerArgs, device: str, gpu_id: int = 0,
+                 show_progress: bool = True):
+        self.model_config = model_config
+        self.server_args = server_args
+        self.device = device
+        self.gpu_id = gpu_id
+        self.tp_size = get_tp_size()
+        self.dtype = model_config.resolve_dtype(server_args.dtype, device)
+        self.page_size = server_args.page_size
+        if device == "cuda":
+            torch.cuda.set_device(gpu_id)
+        self._pre_load_free = self._free_memory()
+        t0 = time.perf_counter()
+        self.model = load_model(model_config, server_args.load_format, self.dtype, device,
+                                seed=server_args.random_seed or 0, show_progress=show_progress)
+        self.load_time = time.perf_counter() - t0
+        self.vocab_size = model_config.vocab_size
+        self.kv_dtype = self._kv_dtype()
+        self.sizes = self._size_pools()
+        self.max_total_num_tokens = self.sizes.max_total_num_tokens
+        self.max_running_requests = self.sizes.max_running_requests
+        self._init_pools()
+        self.attn_backend = self._make_attn_backend()
+        self._bind_fused_ops()
+        self.graph_runner = None
+        if device == "cuda" and not server_args.disable_cuda_graph and self.attn_backend.supports_cuda_graph:
+            from sglang.srt.model_executor.cuda_graph_runner import CudaGraphRunner
+
+            self.graph_runner = CudaGraphRunner(self)
+
+    # ------------------------------------------------------------------ memory
+    def _free_memory(self) -> int:
+        if self.device == "cuda":
+            free, _ = torch.cuda.mem_get_info(self.gpu_id)
+            return free
+        return psutil.virtual_memory().available
+
+    def _kv_dtype(self) -> torch.dtype:
+        k = self.server_args.kv_cache_dtype
+        if k == "auto":
+            return self.dtype
+        if k == "fp8_e4m3":
+            return torch.float8_e4m3fn
+        return getattr(torch, k)
+
+    def cell_size(self) -> int:
+        cfg = self.model_config
+        return MHATokenToKVPool.bytes_per_token(cfg.kv_heads_per_rank(self.tp_size), cfg.head_dim,
+                                                cfg.num_hidden_layers, self.kv_dtype)
+
+    def _size_pools(self) -> PoolSizes:
+        sa = self.server_args
+        post_free = self._free_memory()
+        if self.device == "cuda":
+            total = torch.cuda.get_device_properties(self.gpu_id).total_memory
+            frac = sa.mem_fraction_static or default_mem_fraction(total, sa)
+            rest = post_free - total * (1 - frac)
+        else:
+            frac = sa.mem_fraction_static or CPU_DEFAULT_KV_FRACTION
+            rest = post_free * frac
+        tokens = int(max(rest, 0) // self.cell_size())
+        if sa.max_total_tokens is not None:
+            tokens = sa.max_total_tokens if self.device == "cpu" else min(tokens, sa.max_total_tokens)
+        tokens = tokens // self.page_size * self.page_size
+        if tokens < 16:
+            raise RuntimeError(
+                f"Not enough memory for the KV cache ({rest / GB:.2f} GB left after weights). "
+                "Raise --mem-fraction-static or set --max-total-tokens.")
+        ctx = self.model_config.context_len
+        estimated = int(min(max(tokens / ctx * 512, 2048), 4096))
+        if sa.max_running_requests:
+            max_running = min(sa.max_running_requests, estimated)
+        else:
+            max_running = max(1, min(estimated, tokens // 2))
+        return PoolSizes(tokens, max_running, post_free / GB)
+
+    def _init_pools(self) -> None:
+        cfg = self.model_config
+        self.req_to_token_pool = ReqToTokenPool(self.max_running_requests, cfg.context_len + 4, self.device)
+        self.token_to_kv_pool = MHATokenToKVPool(
+            self.max_total_num_tokens, self.page_size, self.kv_dtype, cfg.kv_heads_per_rank(self.tp_size),
+            cfg.head_dim, cfg.num_hidden_layers, self.device)
+        if self.page_size == 1:
+            self.token_to_kv_pool_allocator = TokenToKVPoolAllocator(self.max_total_num_tokens)
+        else:
+            self.token_to_kv_pool_allocator = PagedTokenToKVPoolAllocator(self.max_total_num_tokens, self.page_size)
+
+    # ------------------------------------------------------------------ kernels
+    def _make_attn_backend(self):
+        name = self.server_args.resolved_attention_backend()
+        if name == "torch_native":
+            from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
+
+            return TorchNativeAttnBackend(self)
+        if name == "triton":
+            if self.device != "cuda":
+                raise ValueError("--attention-backend triton needs a CUDA device")
+            from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
+
+            return TritonAttnBackend(self)
+        if name == "flashinfer":
+            try:
+                from sglang.srt.layers.attention.flashinfer_backend import FlashInferAttnBackend
+            except ImportError as e:
+                raise ValueError(f"--attention-backend flashinfer is not available here: {e}") from e
+            return FlashInferAttnBackend(self)
+        raise ValueError(f"unknown attention backend {name}")
+
+    def _bind_fused_ops(self) -> None:
+        if self.device != "cuda":
+            return
+        try:
+            from sglang.srt.layers.fused_ops_binding import bind_fused_ops
+        except ImportError:
+            return
+        bind_fused_ops()
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, fb: ForwardBatch) -> LogitsProcessorOutput:
+        fb.req_to_token_pool = self.req_to_token_pool
+        fb.token_to_kv_pool = self.token_to_kv_pool
+        fb.attn_backend = self.attn_backend
+        if self.graph_runner is not None and self.graph_runner.can_run(fb):
+            return self.graph_runner.replay(fb)
+        self.attn_backend.init_forward_metadata(fb)
+        return self.model.forward(fb.input_ids, fb.positions, fb)
+
+    def sample(self, logits_output: LogitsProcessorOutput, info: SamplingBatchInfo, return_logprob: bool = False,
+               top_logprobs_nums: Optional[list] = None) -> SampleOutput:
+        return sample(logits_output.next_token_logits, info, return_logprob, top_logprobs_nums)
+
+
+def default_mem_fraction(total_bytes: int, sa: ServerArgs) -> float:
+    """Weights + KV over device memory, leaving a reserve for activations and graphs."""
+    gb = total_bytes / GB
+    chunk = default_chunked_prefill_size(gb) if sa.chunked_prefill_size is None else max(sa.chunked_prefill_size, 0)
+    reserved = 0.5 + 1.5 * chunk / 1024 + (4.0 if not sa.disable_cuda_graph else 0.0)
+    if gb > 60:
+        reserved = max(reserved, 10.0)
+    return round((gb - reserved) / gb, 3)
+
+
+def default_chunked_prefill_size(device_mem_gb: Optional[float]) -> int:
+    if device_mem_gb is None:
+        return 2048  # CPU: keep each prefill step short so decode stays responsive
+    if device_mem_gb < 35:
+        return 2048
+    if device_mem_gb < 60:
+        return 4096
+    if device_mem_gb < 160:
+        return 8192
+    return 16384

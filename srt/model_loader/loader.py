@@ -1,0 +1,116 @@
+"""Build a model on its device and fill its weights: safetensors (sharded or not), .bin, GGUF, or dummy."""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import logging
+import os
+from typing import Iterator, List, Tuple
+
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from sglang.srt.configs.model_config import ModelConfig, resolve_gguf_file
+from sglang.srt.models.registry import get_model_class
+
+logger = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def _default_dtype(dtype: torch.dtype):
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(old)
+
+
+def load_model(cfg: ModelConfig, load_format: str, dtype: torch.dtype, device: str,
+               seed: int = 0, show_progress: bool = True) -> nn.Module:
+    with _default_dtype(dtype), torch.device(device):
+        model = get_model_class(cfg)(cfg)
+    # Rotary caches are float32 buffers by design; keep them so even in bf16 models.
+    fmt = _resolve_format(cfg, load_format)
+    if fmt == "dummy":
+        _fill_dummy(model, seed)
+    else:
+        weights, total = _weight_iterator(cfg, fmt)
+        model.load_weights(tqdm(weights, total=total, desc="Loading weights", unit="tensor",
+                                disable=not show_progress, mininterval=0.5))
+    model.eval()
+    return model
+
+
+def _resolve_format(cfg: ModelConfig, load_format: str) -> str:
+    if load_format != "auto":
+        return load_format
+    if cfg.is_gguf:
+        return "gguf"
+    if glob.glob(os.path.join(cfg.model_path, "*.safetensors")):
+        return "safetensors"
+    if glob.glob(os.path.join(cfg.model_path, "*.bin")):
+        return "pt"
+    raise ValueError(f"no weights found in {cfg.model_path} (expected *.safetensors, *.bin or a .gguf file)")
+
+
+def _weight_iterator(cfg: ModelConfig, fmt: str) -> Tuple[Iterator[Tuple[str, torch.Tensor]], int]:
+    if fmt == "gguf":
+        from sglang.srt.model_loader.gguf_reader import gguf_tensor_count, iterate_gguf_weights
+
+        path = resolve_gguf_file(cfg.model_path) or cfg.model_path
+        return (iterate_gguf_weights(path, cfg.num_attention_heads, cfg.num_key_value_heads,
+                                     cfg.model_type), gguf_tensor_count(path))
+    if fmt == "safetensors":
+        files = _safetensors_files(cfg.model_path)
+        from safetensors import safe_open
+
+        total = 0
+        for f in files:
+            with safe_open(f, framework="pt") as h:
+                total += len(list(h.keys()))
+
+        def gen() -> Iterator[Tuple[str, torch.Tensor]]:
+            for f in files:
+                with safe_open(f, framework="pt") as h:
+                    for k in h.keys():
+                        yield k, h.get_tensor(k)
+
+        return gen(), total
+    if fmt == "pt":
+        files = sorted(glob.glob(os.path.join(cfg.model_path, "*.bin")))
+
+        def gen_pt() -> Iterator[Tuple[str, torch.Tensor]]:
+            for f in files:
+                for k, v in torch.load(f, map_location="cpu", weights_only=True).items():
+                    yield k, v
+
+        return gen_pt(), None
+    raise ValueError(f"unknown load format {fmt}")
+
+
+def _safetensors_files(path: str) -> List[str]:
+    index = os.path.join(path, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            names = sorted(set(json.load(f)["weight_map"].values()))
+        return [os.path.join(path, n) for n in names]
+    return sorted(glob.glob(os.path.join(path, "*.safetensors")))
+
+
+@torch.no_grad()
+def _fill_dummy(model: nn.Module, seed: int) -> None:
+    """Small random weights: realistic shapes and memory traffic for benchmarks, no checkpoint needed."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    for name, p in model.named_parameters():
+        if name.endswith("norm.weight"):
+            p.fill_(1.0)
+            continue
+        if p.is_cuda:
+            g = torch.Generator(device=p.device).manual_seed(seed + hash(name) % 10_000)
+            p.uniform_(-0.02, 0.02, generator=g)
+        else:
+            p.copy_(torch.empty(p.shape, dtype=torch.float32).uniform_(-0.02, 0.02, generator=gen))

@@ -1,0 +1,159 @@
+"""Llama-family decoder (Llama 2/3/3.1, SmolLM2, Mistral); Qwen2 and Qwen3 reuse it with small switches.
+
+Switches read from ModelConfig: attention_bias (Qwen2 has q/k/v biases), qk_norm (Qwen3 normalises
+each head's q and k before rotary), tie_word_embeddings.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Tuple
+
+import torch
+from torch import nn
+
+from sglang.srt.configs.model_config import ModelConfig
+from sglang.srt.layers.activation import SiluAndMul
+from sglang.srt.layers.layernorm import RMSNorm
+from sglang.srt.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
+from sglang.srt.layers.logits_processor import LogitsProcessor, LogitsProcessorOutput
+from sglang.srt.layers.radix_attention import RadixAttention
+from sglang.srt.layers.rotary_embedding import RotaryEmbedding
+from sglang.srt.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
+from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, hidden: int, intermediate: int):
+        super().__init__()
+        self.gate_up_proj = MergedColumnParallelLinear(hidden, [intermediate, intermediate])
+        self.down_proj = RowParallelLinear(intermediate, hidden)
+        self.act_fn = SiluAndMul()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act_fn(self.gate_up_proj(x)))
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer_id: int):
+        super().__init__()
+        self.head_dim = cfg.head_dim
+        self.qkv_proj = QKVParallelLinear(cfg.hidden_size, cfg.head_dim, cfg.num_attention_heads,
+                                          cfg.num_key_value_heads, bias=cfg.attention_bias)
+        self.num_heads = self.qkv_proj.num_heads
+        self.num_kv_heads = self.qkv_proj.num_kv_heads
+        self.q_size = self.num_heads * self.head_dim
+        self.kv_size = self.num_kv_heads * self.head_dim
+        self.o_proj = RowParallelLinear(cfg.num_attention_heads * cfg.head_dim, cfg.hidden_size)
+        self.rotary_emb = RotaryEmbedding(cfg.head_dim, cfg.context_len or cfg.max_position_embeddings,
+                                          cfg.rope_theta, cfg.rope_scaling)
+        self.qk_norm = cfg.qk_norm
+        if self.qk_norm:
+            self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+        self.attn = RadixAttention(self.num_heads, self.head_dim, self.head_dim ** -0.5, self.num_kv_heads, layer_id)
+
+    def forward(self, positions: torch.Tensor, hidden: torch.Tensor, forward_batch: ForwardBatch) -> torch.Tensor:
+        qkv = self.qkv_proj(hidden)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        if self.qk_norm:
+            n = q.shape[0]
+            q = self.q_norm(q.reshape(-1, self.head_dim)).view(n, -1)
+            k = self.k_norm(k.reshape(-1, self.head_dim)).view(n, -1)
+        q, k = self.rotary_emb(positions, q, k)
+        o = self.attn(q, k, v, forward_batch)
+        return self.o_proj(o)
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer_id: int):
+        super().__init__()
+        self.self_attn = LlamaAttention(cfg, layer_id)
+        self.mlp = LlamaMLP(cfg.hidden_size, cfg.intermediate_size)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, positions, hidden, forward_batch, residual):
+        if residual is None:
+            residual = hidden
+            hidden = self.input_layernorm(hidden)
+        else:
+            hidden, residual = self.input_layernorm(hidden, residual)
+        hidden = self.self_attn(positions, hidden, forward_batch)
+        hidden, residual = self.post_attention_layernorm(hidden, residual)
+        return self.mlp(hidden), residual
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList([LlamaDecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers)])
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, input_ids, positions, forward_batch):
+        hidden = self.embed_tokens(input_ids)
+        residual = None
+        for layer in self.layers:
+            hidden, residual = layer(positions, hidden, forward_batch, residual)
+        hidden, _ = self.norm(hidden, residual)
+        return hidden
+
+
+class LlamaForCausalLM(nn.Module):
+    # HF checkpoint name -> (our merged parameter, shard id)
+    stacked_params = [
+        (".qkv_proj", ".q_proj", "q"),
+        (".qkv_proj", ".k_proj", "k"),
+        (".qkv_proj", ".v_proj", "v"),
+        (".gate_up_proj", ".gate_proj", 0),
+        (".gate_up_proj", ".up_proj", 1),
+    ]
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.config = cfg
+        self.model = LlamaModel(cfg)
+        if cfg.tie_word_embeddings:
+            self.lm_head = self.model.embed_tokens
+            self.lm_head.compute_logits = ParallelLMHead.compute_logits.__get__(self.lm_head)
+        else:
+            self.lm_head = ParallelLMHead(cfg.vocab_size, cfg.hidden_size)
+        self.logits_processor = LogitsProcessor(cfg.vocab_size)
+
+    @torch.no_grad()
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                forward_batch: ForwardBatch) -> LogitsProcessorOutput:
+        hidden = self.model(input_ids, positions, forward_batch)
+        return self.logits_processor(hidden, self.lm_head, forward_batch)
+
+    def load_weights(self, weights: Iterable[Tuple[str, torch.Tensor]]) -> None:
+        params = dict(self.named_parameters())
+        loaded = set()
+        for name, w in weights:
+            if "rotary_emb.inv_freq" in name:
+                continue
+            if self.config.tie_word_embeddings and name == "lm_head.weight":
+                continue
+            target, shard = name, None
+            for merged, hf, shard_id in self.stacked_params:
+                if hf in name:
+                    target, shard = name.replace(hf, merged), shard_id
+                    break
+            if target not in params:
+                raise KeyError(f"checkpoint tensor {name} has no parameter in {type(self).__name__}")
+            p = params[target]
+            w = w.to(p.dtype)
+            loader = getattr(p, "weight_loader", None)
+            if loader is not None:
+                loader(p, w, shard) if shard is not None else loader(p, w)
+            else:
+                if p.shape != w.shape:
+                    raise ValueError(f"shape mismatch for {name}: checkpoint {tuple(w.shape)} vs {tuple(p.shape)}")
+                p.data.copy_(w)
+            loaded.add(target)
+        missing = set(params) - loaded
+        if missing:
+            raise ValueError(f"checkpoint is missing weights: {sorted(missing)[:8]}")
+
+
+EntryClass = LlamaForCausalLM

@@ -1,0 +1,115 @@
+"""SamplingBatchInfo: one batch's sampling parameters as device tensors.
+
+Built on the host from the requests just before sampling, so that history-dependent parts
+(penalty counts, min_new_tokens, grammar masks) see every token already accepted.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, List, Optional
+
+import torch
+
+if TYPE_CHECKING:
+    from sglang.srt.managers.req import Req
+
+
+@dataclass
+class SamplingBatchInfo:
+    temperatures: torch.Tensor   # [bs, 1] float32 (1.0 for greedy rows, which use argmax)
+    top_ps: torch.Tensor         # [bs]
+    top_ks: torch.Tensor         # [bs] int64
+    min_ps: torch.Tensor         # [bs]
+    greedy: torch.Tensor         # [bs] bool
+    seeds: torch.Tensor          # [bs] int64
+    steps: torch.Tensor          # [bs] int64: output position being sampled (keys the seeded noise)
+    is_all_greedy: bool
+    need_top_p: bool
+    need_top_k: bool
+    need_min_p: bool
+    vocab_size: int
+    # Optional, history-dependent adjustments (None when no request needs them).
+    logit_bias: Optional[torch.Tensor] = None          # [bs, V]
+    frequency_penalties: Optional[torch.Tensor] = None  # [bs, 1]
+    presence_penalties: Optional[torch.Tensor] = None   # [bs, 1]
+    output_counts: Optional[torch.Tensor] = None        # [bs, V]
+    repetition_penalties: Optional[torch.Tensor] = None  # [bs, 1]
+    seen_mask: Optional[torch.Tensor] = None            # [bs, V] bool: token in prompt or output
+    min_tokens_block: Optional[torch.Tensor] = None     # [bs, V] bool: stop tokens blocked by min_new_tokens
+    vocab_mask: Optional[torch.Tensor] = None           # grammar bitmask
+    apply_vocab_mask: Optional[Callable[[torch.Tensor, torch.Tensor], None]] = None
+
+    @classmethod
+    def from_reqs(cls, reqs: List["Req"], vocab_size: int, device: str, extra_tokens: int = 0) -> "SamplingBatchInfo":
+        """`extra_tokens`: tokens already sampled for each request but not yet in req.output_ids (overlap)."""
+        sps = [r.sampling_params for r in reqs]
+        greedy = [sp.is_greedy() for sp in sps]
+        temps = [1.0 if g else sp.temperature for g, sp in zip(greedy, sps)]
+        top_ks = [min(sp.top_k, vocab_size) for sp in sps]
+        info = cls(
+            temperatures=torch.tensor(temps, dtype=torch.float32).view(-1, 1).to(device, non_blocking=True),
+            top_ps=torch.tensor([sp.top_p for sp in sps], dtype=torch.float32).to(device, non_blocking=True),
+            top_ks=torch.tensor(top_ks, dtype=torch.int64).to(device, non_blocking=True),
+            min_ps=torch.tensor([sp.min_p for sp in sps], dtype=torch.float32).to(device, non_blocking=True),
+            greedy=torch.tensor(greedy, dtype=torch.bool).to(device, non_blocking=True),
+            seeds=torch.tensor([_seed_of(r) for r in reqs], dtype=torch.int64).to(device, non_blocking=True),
+            steps=torch.tensor([len(r.output_ids) + extra_tokens for r in reqs], dtype=torch.int64).to(
+                device, non_blocking=True),
+            is_all_greedy=all(greedy),
+            need_top_p=any(sp.top_p < 1.0 for sp, g in zip(sps, greedy) if not g),
+            need_top_k=any(k < vocab_size for k, g in zip(top_ks, greedy) if not g),
+            need_min_p=any(sp.min_p > 0 for sp, g in zip(sps, greedy) if not g),
+            vocab_size=vocab_size,
+        )
+        info._add_history_terms(reqs, device)
+        return info
+
+    def _add_history_terms(self, reqs: List["Req"], device: str) -> None:
+        bs, V = len(reqs), self.vocab_size
+        sps = [r.sampling_params for r in reqs]
+        if any(sp.logit_bias for sp in sps):
+            bias = torch.zeros((bs, V), dtype=torch.float32)
+            for i, sp in enumerate(sps):
+                for tid, val in (sp.logit_bias or {}).items():
+                    bias[i, int(tid)] += float(val)
+            self.logit_bias = bias.to(device)
+        if any(sp.frequency_penalty or sp.presence_penalty for sp in sps):
+            counts = torch.zeros((bs, V), dtype=torch.float32)
+            for i, r in enumerate(reqs):
+                if r.output_ids:
+                    ids = torch.tensor(r.output_ids, dtype=torch.int64).clamp_(0, V - 1)
+                    counts[i].index_add_(0, ids, torch.ones(len(ids)))
+            self.output_counts = counts.to(device)
+            self.frequency_penalties = torch.tensor([sp.frequency_penalty for sp in sps]).view(-1, 1).to(device)
+            self.presence_penalties = torch.tensor([sp.presence_penalty for sp in sps]).view(-1, 1).to(device)
+        if any(sp.repetition_penalty != 1.0 for sp in sps):
+            seen = torch.zeros((bs, V), dtype=torch.bool)
+            for i, r in enumerate(reqs):
+                ids = torch.tensor(r.origin_input_ids + r.output_ids, dtype=torch.int64).clamp_(0, V - 1)
+                seen[i, ids] = True
+            self.seen_mask = seen.to(device)
+            self.repetition_penalties = torch.tensor([sp.repetition_penalty for sp in sps]).view(-1, 1).to(device)
+        blocked = [(i, r) for i, r in enumerate(reqs)
+                   if len(r.output_ids) < r.sampling_params.min_new_tokens]
+        if blocked:
+            block = torch.zeros((bs, V), dtype=torch.bool)
+            for i, r in blocked:
+                stop_ids = set(r.sampling_params.stop_token_ids or [])
+                if not r.sampling_params.ignore_eos:
+                    stop_ids |= set(r.eos_token_ids)
+                for t in stop_ids:
+                    if 0 <= t < V:
+                        block[i, t] = True
+            self.min_tokens_block = block.to(device)
+
+
+def _seed_of(req: "Req") -> int:
+    """A request's sampling seed: its own, or one drawn once at first use, so reruns are reproducible."""
+    sp = req.sampling_params
+    if sp.sampling_seed is not None:
+        return int(sp.sampling_seed) & 0x7FFFFFFF
+    if getattr(req, "_auto_seed", None) is None:
+        req._auto_seed = random.getrandbits(31)
+    return req._auto_seed

@@ -1,0 +1,39 @@
+"""Shared fixtures: test models (random checkpoints and the embedded SmolLM2) and their HF twins."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from model_fixtures import load_hf_model, write_tiny_model  # noqa: E402
+
+os.environ.setdefault("SGLANG_STRICT_MEM_CHECK", "1")
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    return {arch: write_tiny_model(arch, str(root / arch)) for arch in ("llama", "qwen2", "qwen3")}
+
+
+@pytest.fixture(scope="session")
+def smollm_path():
+    from sglang.srt.utils.embedded_model import embedded_model_path
+
+    return embedded_model_path()
+
+
+@pytest.fixture(scope="session")
+def hf_models():
+    cache = {}
+
+    def get(path):
+        if path not in cache:
+            cache[path] = load_hf_model(path)
+        return cache[path]
+
+    return get

@@ -1,0 +1,63 @@
+"""Small random HF checkpoints written by the tests themselves, next to a real tokenizer.
+
+They exercise the safetensors loader and every architecture switch (GQA, biases, q/k norm,
+llama3 rope scaling) in seconds on the CPU.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Dict
+
+import torch
+
+from sglang.srt.utils.embedded_model import embedded_model_path
+from sglang.srt.utils.hf_tokenizer import get_tokenizer
+
+_COMMON = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, vocab_size=49152, max_position_embeddings=2048, rms_norm_eps=1e-6,
+               bos_token_id=1, eos_token_id=2, pad_token_id=2)
+
+
+def _configs() -> Dict[str, object]:
+    from transformers import LlamaConfig, Qwen2Config, Qwen3Config
+
+    return {
+        "llama": LlamaConfig(**_COMMON, tie_word_embeddings=False,
+                             rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                                              "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                              "original_max_position_embeddings": 64}),
+        "qwen2": Qwen2Config(**_COMMON, tie_word_embeddings=True,
+                             rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+        "qwen3": Qwen3Config(**_COMMON, head_dim=32, tie_word_embeddings=False,
+                             rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+    }
+
+
+def write_tiny_model(arch: str, folder: str, seed: int = 0) -> str:
+    """Write a random `arch` checkpoint (safetensors) plus the SmolLM2 tokenizer into folder."""
+    from transformers import AutoModelForCausalLM
+
+    if os.path.exists(os.path.join(folder, "config.json")):
+        return folder
+    torch.manual_seed(seed)
+    cfg = _configs()[arch]
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 1:
+                p.uniform_(0.5, 1.5)  # norms and biases well away from zero so they matter
+            else:
+                p.normal_(0.0, 0.08)
+    model.save_pretrained(folder, safe_serialization=True)
+    get_tokenizer(embedded_model_path()).save_pretrained(folder)
+    return folder
+
+
+def load_hf_model(path: str):
+    from transformers import AutoModelForCausalLM
+
+    if path.endswith(".gguf"):
+        return AutoModelForCausalLM.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path),
+                                                    dtype=torch.float32).eval()
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
