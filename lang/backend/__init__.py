@@ -1,0 +1,1 @@
+"""Backends of the frontend language: an HTTP server (RuntimeEndpoint) or an in-process Engine."""
