@@ -31,6 +31,7 @@ from sglang.lang.ir import (
     SglSelect,
     as_expr,
     normalize_dtype,
+    resolve_backend,
 )
 
 __all__ = [
@@ -53,19 +54,12 @@ def set_default_backend(backend: BaseBackend) -> None:
     global_config.default_backend = backend
 
 
-def _backend(backend: Optional[BaseBackend]) -> BaseBackend:
-    backend = backend or global_config.default_backend
-    if backend is None:
-        raise RuntimeError("no backend: pass one or call sgl.set_default_backend(...) first")
-    return backend
-
-
 def flush_cache(backend: Optional[BaseBackend] = None) -> None:
-    _backend(backend).flush_cache()
+    resolve_backend(backend).flush_cache()
 
 
 def get_server_info(backend: Optional[BaseBackend] = None) -> Dict[str, Any]:
-    return _backend(backend).get_server_info()
+    return resolve_backend(backend).get_server_info()
 
 
 def gen(

@@ -349,7 +349,7 @@ class SglFunction:
         from sglang.lang.interpreter import run_program
 
         sampling, program_kwargs = _split_run_kwargs(dict(kwargs))
-        return run_program(self, _resolve_backend(backend), self.arguments(args, program_kwargs),
+        return run_program(self, resolve_backend(backend), self.arguments(args, program_kwargs),
                            SglSamplingParams().merged(sampling), stream=stream)
 
     def run_batch(self, batch_kwargs: Sequence[Mapping[str, Any]], *, backend: Any = None,
@@ -361,7 +361,7 @@ class SglFunction:
         if extra:
             raise TypeError(f"unknown run_batch keyword(s) {sorted(extra)}")
         arguments = [self.arguments((), kw) for kw in batch_kwargs]
-        return run_program_batch(self, _resolve_backend(backend), arguments,
+        return run_program_batch(self, resolve_backend(backend), arguments,
                                  SglSamplingParams().merged(sampling), num_threads=num_threads,
                                  progress_bar=progress_bar)
 
@@ -369,7 +369,8 @@ class SglFunction:
         return self.run(*args, **kwargs)
 
 
-def _resolve_backend(backend: Any) -> Any:
+def resolve_backend(backend: Any) -> Any:
+    """The given backend, else the default one set with sgl.set_default_backend."""
     from sglang.lang.global_config import global_config
 
     backend = backend or global_config.default_backend
