@@ -12,6 +12,7 @@ KV bookkeeping fields (who owns which slots):
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
@@ -130,6 +131,11 @@ class Req:
         # Grammar (constrained decoding).
         self.grammar: Any = None
 
+        # Overlap loop: tokens sampled by launched passes whose results are not processed yet.
+        self.inflight_tokens = 0
+        # Seed for requests that did not give one, drawn at intake (identically on every TP rank).
+        self.auto_seed: Optional[int] = None
+
         # Timing.
         self.arrival_time = time.monotonic()
         self.queue_time_start: Optional[float] = None
@@ -150,3 +156,84 @@ class Req:
         return (f"Req(rid={self.rid}, in={len(self.origin_input_ids)}, out={len(self.output_ids)}, "
                 f"pool_idx={self.req_pool_idx}, committed={self.kv_committed_len}, "
                 f"allocated={self.kv_allocated_len}, protected={self.cache_protected_len})")
+
+    # ------------------------------------------------------------------ admission
+    def init_next_round_input(self, tree_cache=None) -> None:
+        """Recompute fill_ids and match the longest cached prefix (capped so >= 1 token is computed)."""
+        self.fill_ids = self.origin_input_ids + self.output_ids
+        if tree_cache is not None and self.req_pool_idx is None:
+            max_prefix = len(self.fill_ids) - 1
+            if self.return_logprob and self.logprob_start_len >= 0:
+                max_prefix = min(max_prefix, self.logprob_start_len)
+            max_prefix = max(max_prefix, 0)
+            res = tree_cache.match_prefix(self.fill_ids[:max_prefix], extra_key=self.extra_key)
+            self.prefix_indices = res.device_indices
+            self.last_node = res.last_node
+            self.cache_protected_len = len(self.prefix_indices)
+        self.extend_input_len = len(self.fill_ids) - len(self.prefix_indices)
+
+    def reset_for_retract(self) -> None:
+        self.prefix_indices = torch.empty(0, dtype=torch.int64)
+        self.last_node = None
+        self.cache_protected_len = 0
+        self.kv_committed_len = 0
+        self.kv_allocated_len = 0
+        self.extend_input_len = 0
+        self.is_chunked = 0
+        self.is_retracted = True
+        self.retracted_stain = True
+        self.retraction_count += 1
+        self.already_computed = 0
+        self.temp_input_token_logprobs = []
+        self.temp_input_top_logprobs = []
+
+    # ------------------------------------------------------------------ finishing
+    def tail_str(self, tokenizer) -> str:
+        n = self.sampling_params.stop_str_max_len + 1
+        return tokenizer.decode(self.output_ids[-n:])
+
+    def check_finished(self, tokenizer=None, invalid: bool = False) -> None:
+        """Finish order: abort, length, grammar, stop token, NaN, stop string / regex."""
+        if self.finished():
+            return
+        if self.to_finish is not None:
+            self.finished_reason, self.to_finish = self.to_finish, None
+            return
+        sp = self.sampling_params
+        if sp.max_new_tokens is not None and len(self.output_ids) >= sp.max_new_tokens:
+            self.finished_reason = FinishLength(sp.max_new_tokens)
+            return
+        last = self.output_ids[-1] if self.output_ids else None
+        if self.grammar is not None and self.grammar.is_terminated():
+            self.finished_reason = FinishMatchedToken(last)
+            return
+        if last is not None and (last in (sp.stop_token_ids or ())
+                                 or (not sp.ignore_eos and last in self.eos_token_ids)):
+            self.finished_reason = FinishMatchedToken(last)
+            return
+        if invalid or (last is not None and self.vocab_size and not 0 <= last < self.vocab_size):
+            self.finished_reason = FinishMatchedStr("NaN happened")
+            return
+        if tokenizer is not None and (sp.stop_strs or sp.stop_regex_list):
+            tail = self.tail_str(tokenizer)
+            for s in sp.stop_strs:
+                if s in tail:
+                    self.finished_reason = FinishMatchedStr(s)
+                    return
+            for pattern in sp.stop_regex_list:
+                m = re.search(pattern, tail)
+                if m:
+                    self.finished_reason = FinishMatchedStr(m.group(0))
+                    return
+
+    def check_match_stop_str_prefix(self, tokenizer) -> bool:
+        """True while the output tail could still be the start of a stop string (hold streaming)."""
+        sp = self.sampling_params
+        if not sp.stop_strs or tokenizer is None:
+            return False
+        tail = self.tail_str(tokenizer)
+        for s in sp.stop_strs:
+            for k in range(min(len(s) - 1, len(tail)), 0, -1):
+                if tail.endswith(s[:k]):
+                    return True
+        return False

@@ -42,8 +42,8 @@ class SamplingBatchInfo:
     apply_vocab_mask: Optional[Callable[[torch.Tensor, torch.Tensor], None]] = None
 
     @classmethod
-    def from_reqs(cls, reqs: List["Req"], vocab_size: int, device: str, extra_tokens: int = 0) -> "SamplingBatchInfo":
-        """`extra_tokens`: tokens already sampled for each request but not yet in req.output_ids (overlap)."""
+    def from_reqs(cls, reqs: List["Req"], vocab_size: int, device: str) -> "SamplingBatchInfo":
+        """Each request's sampling position counts tokens still in flight (req.inflight_tokens, overlap loop)."""
         sps = [r.sampling_params for r in reqs]
         greedy = [sp.is_greedy() for sp in sps]
         temps = [1.0 if g else sp.temperature for g, sp in zip(greedy, sps)]
@@ -55,7 +55,7 @@ class SamplingBatchInfo:
             min_ps=torch.tensor([sp.min_p for sp in sps], dtype=torch.float32).to(device, non_blocking=True),
             greedy=torch.tensor(greedy, dtype=torch.bool).to(device, non_blocking=True),
             seeds=torch.tensor([_seed_of(r) for r in reqs], dtype=torch.int64).to(device, non_blocking=True),
-            steps=torch.tensor([len(r.output_ids) + extra_tokens for r in reqs], dtype=torch.int64).to(
+            steps=torch.tensor([len(r.output_ids) + r.inflight_tokens for r in reqs], dtype=torch.int64).to(
                 device, non_blocking=True),
             is_all_greedy=all(greedy),
             need_top_p=any(sp.top_p < 1.0 for sp, g in zip(sps, greedy) if not g),
@@ -92,7 +92,7 @@ class SamplingBatchInfo:
             self.seen_mask = seen.to(device)
             self.repetition_penalties = torch.tensor([sp.repetition_penalty for sp in sps]).view(-1, 1).to(device)
         blocked = [(i, r) for i, r in enumerate(reqs)
-                   if len(r.output_ids) < r.sampling_params.min_new_tokens]
+                   if len(r.output_ids) + r.inflight_tokens < r.sampling_params.min_new_tokens]
         if blocked:
             block = torch.zeros((bs, V), dtype=torch.bool)
             for i, r in blocked:
@@ -110,6 +110,6 @@ def _seed_of(req: "Req") -> int:
     sp = req.sampling_params
     if sp.sampling_seed is not None:
         return int(sp.sampling_seed) & 0x7FFFFFFF
-    if getattr(req, "_auto_seed", None) is None:
-        req._auto_seed = random.getrandbits(31)
-    return req._auto_seed
+    if req.auto_seed is None:
+        req.auto_seed = random.getrandbits(31)
+    return req.auto_seed

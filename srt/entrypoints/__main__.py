@@ -1,0 +1,3 @@
+from sglang.srt.entrypoints.cli import main
+
+main()

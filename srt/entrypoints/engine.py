@@ -1,0 +1,149 @@
+"""Engine: the runtime in-process. Same scheduler and detokenizer processes as the server; the
+TokenizerManager runs on an event loop in a background thread of the caller's process, so the
+Engine can be called from plain code, from threads (the frontend's run_batch), or from asyncio."""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import logging
+import threading
+from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Union
+
+from sglang.srt.entrypoints.launcher import launch_subprocesses, resolve_model_paths
+from sglang.srt.managers.generate_input import GenerateReqInput
+from sglang.srt.managers.tokenizer_manager import TokenizerManager
+from sglang.srt.server_args import ServerArgs
+
+logger = logging.getLogger(__name__)
+
+
+class Engine:
+    def __init__(self, model_path: Optional[str] = None, log_level: str = "error", **kwargs: Any):
+        self.server_args = resolve_model_paths(ServerArgs.from_kwargs(model_path=model_path, log_level=log_level,
+                                                                      **kwargs))
+        from sglang.srt.utils.process import configure_logger
+
+        configure_logger(self.server_args)
+        self.runtime = launch_subprocesses(self.server_args)
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="engine-loop")
+        self._thread.start()
+        self.tokenizer_manager: TokenizerManager = self._call(self._make_manager())
+        self.runtime.start_watchdog(self._on_child_death)
+        self._closed = False
+        atexit.register(self.shutdown)
+
+    async def _make_manager(self) -> TokenizerManager:
+        from sglang.srt.entrypoints.grammar_validation import attach_grammar_validator
+
+        tm = TokenizerManager(self.server_args, self.runtime.port_args, self.runtime.ready)
+        attach_grammar_validator(tm)
+        tm.start()
+        return tm
+
+    def _call(self, coro, timeout: Optional[float] = None) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def _on_child_death(self, msg: str) -> None:
+        self.loop.call_soon_threadsafe(self.tokenizer_manager.fail_all, msg)
+
+    @property
+    def tokenizer(self):
+        return self.tokenizer_manager.tokenizer
+
+    # ------------------------------------------------------------------ generation
+    def _req(self, prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num,
+             return_text_in_logprobs, stream, rid=None) -> GenerateReqInput:
+        return GenerateReqInput(
+            text=prompt, input_ids=input_ids, sampling_params=sampling_params, rid=rid,
+            return_logprob=return_logprob if return_logprob is not None else False,
+            logprob_start_len=logprob_start_len if logprob_start_len is not None else -1,
+            top_logprobs_num=top_logprobs_num if top_logprobs_num is not None else 0,
+            return_text_in_logprobs=return_text_in_logprobs, stream=stream)
+
+    def generate(self, prompt: Optional[Union[str, List[str]]] = None,
+                 sampling_params: Optional[Union[Dict, List[Dict]]] = None,
+                 input_ids: Optional[Union[List[int], List[List[int]]]] = None,
+                 return_logprob: Optional[Union[bool, List[bool]]] = False,
+                 logprob_start_len: Optional[Union[int, List[int]]] = None,
+                 top_logprobs_num: Optional[Union[int, List[int]]] = None,
+                 return_text_in_logprobs: bool = False, stream: bool = False,
+                 rid: Optional[Union[str, List[str]]] = None) -> Union[Dict, List[Dict], Iterator[Dict]]:
+        obj = self._req(prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num,
+                        return_text_in_logprobs, stream, rid)
+        if stream:
+            return self._sync_stream(obj)
+        return self._call(self._final(obj))
+
+    async def _final(self, obj: GenerateReqInput) -> Any:
+        last = None
+        async for out in self.tokenizer_manager.generate_request(obj):
+            last = out
+        return last
+
+    def _sync_stream(self, obj: GenerateReqInput) -> Iterator[Dict]:
+        agen = self.tokenizer_manager.generate_request(obj)
+        try:
+            while True:
+                try:
+                    yield self._call(agen.__anext__())
+                except StopAsyncIteration:
+                    return
+        finally:
+            self._call(agen.aclose())
+
+    async def async_generate(self, prompt=None, sampling_params=None, input_ids=None, return_logprob=False,
+                             logprob_start_len=None, top_logprobs_num=None, return_text_in_logprobs=False,
+                             stream: bool = False, rid=None) -> Union[Dict, List[Dict], AsyncIterator[Dict]]:
+        obj = self._req(prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num,
+                        return_text_in_logprobs, stream, rid)
+        if stream:
+            return self._async_stream(obj)
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._final(obj), self.loop))
+
+    async def _async_stream(self, obj: GenerateReqInput) -> AsyncIterator[Dict]:
+        agen = self.tokenizer_manager.generate_request(obj)
+        try:
+            while True:
+                fut = asyncio.run_coroutine_threadsafe(agen.__anext__(), self.loop)
+                try:
+                    yield await asyncio.wrap_future(fut)
+                except StopAsyncIteration:
+                    return
+        finally:
+            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(agen.aclose(), self.loop))
+
+    # ------------------------------------------------------------------ control
+    def flush_cache(self) -> Dict[str, Any]:
+        out = self._call(self.tokenizer_manager.flush_cache())
+        return {"success": out.success, "message": out.message}
+
+    def abort_request(self, rid: str = "", abort_all: bool = False) -> None:
+        self._call(self.tokenizer_manager.abort_request(rid, abort_all))
+
+    def get_model_info(self) -> Dict[str, Any]:
+        return {"model_path": self.server_args.model_path, "tokenizer_path": self.server_args.tokenizer_path,
+                "is_generation": True}
+
+    def get_server_info(self) -> Dict[str, Any]:
+        state = self._call(self.tokenizer_manager.get_internal_state())
+        return {**self.server_args.to_dict(), **state, "internal_states": [state]}
+
+    def shutdown(self) -> None:
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
+        self.runtime.shutdown()
+        try:
+            self._call(self.tokenizer_manager.close(), timeout=5)
+        except Exception:  # noqa: BLE001 - best effort while tearing down
+            pass
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()

@@ -1,0 +1,139 @@
+"""Starting and stopping the scheduler and detokenizer processes, shared by the HTTP server and Engine.
+
+If any child dies, the watchdog tells the owner (which fails every waiting client) and the rest of
+the process tree is taken down: no orphans, no hung clients, no stale ipc files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import multiprocessing as mp
+import multiprocessing.connection
+import os
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional
+
+from sglang.srt.managers.io_struct import SchedulerReady
+from sglang.srt.server_args import PortArgs, ServerArgs
+
+logger = logging.getLogger(__name__)
+
+STARTUP_TIMEOUT_S = 900
+
+
+def resolve_model_paths(server_args: ServerArgs) -> ServerArgs:
+    """No model path means the embedded SmolLM2-135M-Instruct."""
+    if server_args.model_path is None:
+        from sglang.srt.utils.embedded_model import embedded_model_path
+
+        server_args = dataclasses.replace(server_args, model_path=embedded_model_path())
+        if server_args.served_model_name is None:
+            server_args.served_model_name = "SmolLM2-135M-Instruct"
+    if server_args.tokenizer_path is None:
+        server_args = dataclasses.replace(server_args, tokenizer_path=server_args.model_path)
+    if not os.path.exists(server_args.model_path):
+        raise ValueError(f"--model-path {server_args.model_path!r} does not exist")
+    return server_args
+
+
+@dataclass
+class Runtime:
+    server_args: ServerArgs
+    port_args: PortArgs
+    ready: SchedulerReady
+    procs: List[mp.Process]
+    on_child_death: Optional[Callable[[str], None]] = None
+    _stopping: bool = False
+    _watch: Optional[threading.Thread] = field(default=None, repr=False)
+
+    def start_watchdog(self, on_child_death: Callable[[str], None]) -> None:
+        self.on_child_death = on_child_death
+        self._watch = threading.Thread(target=self._watch_children, daemon=True, name="child-watchdog")
+        self._watch.start()
+
+    def _watch_children(self) -> None:
+        sentinels = {p.sentinel: p for p in self.procs}
+        ready = multiprocessing.connection.wait(list(sentinels))
+        if self._stopping:
+            return
+        dead = sentinels[ready[0]]
+        msg = f"The {dead.name} process exited unexpectedly (exit code {dead.exitcode}); the server is shutting down."
+        logger.error(msg)
+        if self.on_child_death is not None:
+            try:
+                self.on_child_death(msg)
+            except Exception:  # noqa: BLE001
+                logger.exception("on_child_death failed")
+
+    def shutdown(self) -> None:
+        if self._stopping:
+            return
+        self._stopping = True
+        for p in self.procs:
+            if p.is_alive():
+                p.terminate()
+        deadline = time.time() + 5
+        for p in self.procs:
+            p.join(max(deadline - time.time(), 0.1))
+            if p.is_alive():
+                p.kill()
+                p.join(1)
+        shutil.rmtree(self.port_args.ipc_dir, ignore_errors=True)
+
+
+def launch_subprocesses(server_args: ServerArgs) -> Runtime:
+    from sglang.srt.managers.detokenizer_manager import run_detokenizer_process
+    from sglang.srt.managers.scheduler import run_scheduler_process
+
+    ctx = mp.get_context("spawn")
+    port_args = PortArgs.init_new(server_args)
+    procs: List[mp.Process] = []
+    readers = []
+    try:
+        for rank in range(server_args.tp_size):
+            reader, writer = ctx.Pipe(duplex=False)
+            gpu = server_args.base_gpu_id + rank
+            p = ctx.Process(target=run_scheduler_process, args=(server_args, port_args, gpu, rank, writer),
+                            name=f"scheduler-tp{rank}", daemon=True)
+            p.start()
+            procs.append(p)
+            readers.append(reader)
+        if not server_args.skip_tokenizer_init:
+            d = ctx.Process(target=run_detokenizer_process, args=(server_args, port_args), name="detokenizer",
+                            daemon=True)
+            d.start()
+            procs.append(d)
+        ready = _wait_ready(readers, procs)
+    except BaseException:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        shutil.rmtree(port_args.ipc_dir, ignore_errors=True)
+        raise
+    return Runtime(server_args, port_args, ready, procs)
+
+
+def _wait_ready(readers, procs: List[mp.Process]) -> SchedulerReady:
+    infos: List[SchedulerReady] = []
+    deadline = time.time() + STARTUP_TIMEOUT_S
+    for reader in readers:
+        while True:
+            if reader.poll(0.2):
+                kind, payload = reader.recv()
+                if kind == "error":
+                    raise RuntimeError(f"Scheduler failed to start: {payload}")
+                infos.append(payload)
+                break
+            dead = [p for p in procs if not p.is_alive()]
+            if dead:
+                raise RuntimeError(f"The {dead[0].name} process died during startup (exit code {dead[0].exitcode})")
+            if time.time() > deadline:
+                raise RuntimeError("Timed out waiting for the scheduler to start")
+    # Every rank must agree on the pool size; the smallest one bounds all.
+    ready = infos[0]
+    ready.max_total_num_tokens = min(i.max_total_num_tokens for i in infos)
+    return ready

@@ -1,0 +1,234 @@
+"""ScheduleBatch: the scheduler's CPU-side batch, and its conversion to a ForwardBatch.
+
+All KV bookkeeping of a pass (rows, slots, committed/allocated lengths) is done here when the batch
+is built, before the pass runs. Device work is ordered on one stream (or one worker thread on the
+CPU), so slot numbers may be handed to the next pass before this one has written them.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import torch
+
+from sglang.srt.managers.req import Req
+from sglang.srt.mem_cache.common import (
+    alloc_paged,
+    alloc_token_slots,
+    evict_for,
+    last_loc_of,
+    page_need,
+    release_kv_cache,
+)
+from sglang.srt.model_executor.forward_batch_info import (
+    ForwardBatch,
+    ForwardMode,
+    build_decode_batch,
+    build_extend_batch,
+)
+
+RETRACT_DECODE_STEPS = 20
+
+
+class ScheduleBatch:
+    def __init__(self, reqs: List[Req], req_to_token_pool, allocator, tree_cache, device: str):
+        self.reqs = reqs
+        self.req_to_token_pool = req_to_token_pool
+        self.allocator = allocator
+        self.tree_cache = tree_cache
+        self.device = device
+        self.page_size = getattr(allocator, "page_size", 1)
+        self.forward_mode = ForwardMode.EXTEND
+        # Sampled ids of the previous pass (device; negative placeholders under the overlap loop).
+        self.output_ids: Optional[torch.Tensor] = None
+        self.seq_lens: List[int] = []
+        self.prefix_lens: List[int] = []
+        self.extend_lens: List[int] = []
+        self.out_cache_loc: Optional[torch.Tensor] = None
+        self.extend_input_ids: List[int] = []
+        self.decoding_reqs: List[Req] = []   # decode rows mixed into an extend pass
+        self.mixed_input_ids: Optional[torch.Tensor] = None
+
+    # ------------------------------------------------------------------ basics
+    def is_empty(self) -> bool:
+        return len(self.reqs) == 0
+
+    def batch_size(self) -> int:
+        return len(self.reqs)
+
+    @property
+    def return_logprob(self) -> bool:
+        return any(r.return_logprob for r in self.reqs)
+
+    # ------------------------------------------------------------------ prefill
+    def prepare_for_extend(self) -> None:
+        """Rows, prefix slots and fresh slots for each request's extend part."""
+        self.forward_mode = ForwardMode.EXTEND
+        pool = self.req_to_token_pool
+        need_rows = [r for r in self.reqs if r.req_pool_idx is None]
+        rows = pool.alloc(len(need_rows))
+        if rows is None:
+            raise RuntimeError("no free request rows; the adder should have prevented this")
+        for r, row in zip(need_rows, rows):
+            r.req_pool_idx = row
+        self.prefix_lens = [len(r.prefix_indices) for r in self.reqs]
+        self.extend_lens = [len(r.fill_ids) - p for r, p in zip(self.reqs, self.prefix_lens)]
+        self.seq_lens = [len(r.fill_ids) for r in self.reqs]
+        for r, p in zip(self.reqs, self.prefix_lens):
+            if p:
+                pool.write(r.req_pool_idx, 0, r.prefix_indices)
+        self.out_cache_loc = self._alloc_extend_slots()
+        off = 0
+        self.extend_input_ids = []
+        for r, p, e, s in zip(self.reqs, self.prefix_lens, self.extend_lens, self.seq_lens):
+            pool.write(r.req_pool_idx, p, self.out_cache_loc[off:off + e])
+            off += e
+            self.extend_input_ids.extend(r.fill_ids[p:])
+            r.kv_committed_len = s
+            r.kv_allocated_len = s
+            self._account_cached_tokens(r, p, s)
+
+    def _alloc_extend_slots(self) -> torch.Tensor:
+        if self.page_size == 1:
+            return alloc_token_slots(self.tree_cache, self.allocator, sum(self.extend_lens))
+        last = [last_loc_of(self.req_to_token_pool, r.req_pool_idx, p) for r, p in zip(self.reqs, self.prefix_lens)]
+        return alloc_paged(self.tree_cache, self.allocator, self.prefix_lens, last, self.extend_lens)
+
+    @staticmethod
+    def _account_cached_tokens(r: Req, prefix_len: int, seq_len: int) -> None:
+        # A retracted request re-reading its own earlier KV is not a cache hit for the client.
+        if not r.retracted_stain:
+            r.cached_tokens += max(prefix_len - r.already_computed, 0)
+        r.already_computed = seq_len
+
+    def mix_with_running(self, running: "ScheduleBatch") -> None:
+        """Append the running batch's decode rows to this extend pass as 1-token extends (MIXED)."""
+        running.prepare_for_decode()
+        self.forward_mode = ForwardMode.MIXED
+        self.decoding_reqs = list(running.reqs)
+        self.mixed_input_ids = running.output_ids
+        self.reqs = self.reqs + running.reqs
+        self.prefix_lens = self.prefix_lens + [s - 1 for s in running.seq_lens]
+        self.extend_lens = self.extend_lens + [1] * running.batch_size()
+        self.seq_lens = self.seq_lens + running.seq_lens
+        self.out_cache_loc = torch.cat([self.out_cache_loc, running.out_cache_loc])
+
+    # ------------------------------------------------------------------ decode
+    def prepare_for_decode(self) -> None:
+        """One new slot per request at position seq_len; input ids are the previous pass's samples."""
+        self.forward_mode = ForwardMode.DECODE
+        pool = self.req_to_token_pool
+        cur = [r.kv_allocated_len for r in self.reqs]
+        if self.page_size == 1:
+            loc = alloc_token_slots(self.tree_cache, self.allocator, len(self.reqs))
+        else:
+            last = [last_loc_of(pool, r.req_pool_idx, c) for r, c in zip(self.reqs, cur)]
+            loc = alloc_paged(self.tree_cache, self.allocator, cur, last, [1] * len(cur))
+        rows = torch.tensor([r.req_pool_idx for r in self.reqs], dtype=torch.int64)
+        pool.write_batch(rows, torch.tensor(cur, dtype=torch.int64), loc)
+        self.out_cache_loc = loc
+        self.seq_lens = [c + 1 for c in cur]
+        self.prefix_lens, self.extend_lens = [], []
+        for r, s in zip(self.reqs, self.seq_lens):
+            r.kv_committed_len = s
+            r.kv_allocated_len = s
+
+    def check_decode_mem(self, reqs: Optional[List[Req]] = None) -> bool:
+        reqs = self.reqs if reqs is None else reqs
+        need = page_need([r.kv_allocated_len for r in reqs], self.page_size)
+        return evict_for(self.tree_cache, self.allocator, need)
+
+    def retract_decode(self, server_args) -> tuple:
+        """Retract the least-progressed requests until the rest can decode one more step.
+
+        Returns (retracted, new_token_ratio, oom_aborted)."""
+        order = sorted(range(len(self.reqs)),
+                       key=lambda i: (len(self.reqs[i].output_ids), -len(self.reqs[i].origin_input_ids)),
+                       reverse=True)
+        retracted: List[Req] = []
+        oom: List[Req] = []
+        first = True
+        while first or not self.check_decode_mem([self.reqs[i] for i in order]):
+            first = False
+            if len(order) == 1:
+                # Even alone this request cannot grow: abort it rather than loop forever.
+                req = self.reqs[order.pop()]
+                release_kv_cache(req, self.tree_cache, self.req_to_token_pool, self.allocator, is_insert=False)
+                oom.append(req)
+                break
+            req = self.reqs[order.pop()]
+            release_kv_cache(req, self.tree_cache, self.req_to_token_pool, self.allocator, is_insert=False)
+            evict_for(self.tree_cache, self.allocator, len(order) * RETRACT_DECODE_STEPS)
+            req.reset_for_retract()
+            retracted.append(req)
+        keep = sorted(order)
+        self.filter_batch(keep_indices=keep)
+        total_out = sum(len(r.output_ids) for r in self.reqs)
+        total_max = sum(r.sampling_params.max_new_tokens or 0 for r in self.reqs)
+        new_ratio = min(1.0, (total_out + RETRACT_DECODE_STEPS * len(self.reqs)) / (total_max + 1))
+        return retracted, new_ratio, oom
+
+    # ------------------------------------------------------------------ membership
+    def filter_batch(self, keep_indices: Optional[List[int]] = None, exclude: Optional[List[Req]] = None) -> None:
+        if keep_indices is None:
+            ex = {id(r) for r in (exclude or [])}
+            keep_indices = [i for i, r in enumerate(self.reqs) if not r.finished() and id(r) not in ex]
+        if len(keep_indices) == len(self.reqs):
+            return
+        self.reqs = [self.reqs[i] for i in keep_indices]
+        if self.output_ids is not None:
+            idx = torch.tensor(keep_indices, dtype=torch.int64, device=self.output_ids.device)
+            self.output_ids = self.output_ids[idx] if keep_indices else self.output_ids[:0]
+
+    def merge(self, other: "ScheduleBatch") -> None:
+        self.reqs = self.reqs + other.reqs
+        if self.output_ids is None:
+            self.output_ids = other.output_ids
+        elif other.output_ids is not None:
+            self.output_ids = torch.cat([self.output_ids, other.output_ids])
+
+    # ------------------------------------------------------------------ device batch
+    def to_forward_batch(self) -> ForwardBatch:
+        rows = [r.req_pool_idx for r in self.reqs]
+        if self.forward_mode.is_decode():
+            return build_decode_batch(self.output_ids, self.seq_lens, rows, self.out_cache_loc, self.device)
+        n_ext = len(self.reqs) - len(self.decoding_reqs)
+        fb = build_extend_batch(self.extend_input_ids + [0] * len(self.decoding_reqs), self.prefix_lens,
+                                self.extend_lens, rows, self.out_cache_loc, self.device, self.forward_mode)
+        if self.decoding_reqs:
+            fb.input_ids[len(self.extend_input_ids):] = self.mixed_input_ids
+        self._add_logprob_fields(fb, n_ext)
+        return fb
+
+    def _add_logprob_fields(self, fb: ForwardBatch, n_ext: int) -> None:
+        if not any(r.return_logprob for r in self.reqs[:n_ext]):
+            return
+        starts, lens, targets = [], [], []
+        for i, r in enumerate(self.reqs):
+            s, n, t = _prompt_logprob_span(r, self.prefix_lens[i], self.extend_lens[i]) if i < n_ext else (0, 0, [])
+            r.extend_logprob_start_len = s
+            starts.append(s)
+            lens.append(n)
+            targets.extend(t)
+        fb.return_logprob = True
+        fb.top_logprobs_nums = [r.top_logprobs_num if r.return_logprob else 0 for r in self.reqs]
+        fb.extend_logprob_start_lens_cpu = starts
+        fb.extend_logprob_lens_cpu = lens
+        fb.extend_input_logprob_token_ids = torch.tensor(targets, dtype=torch.int64).to(self.device)
+
+
+def _prompt_logprob_span(r: Req, prefix_len: int, extend_len: int) -> tuple:
+    """Which positions of this extend produce prompt logprobs.
+
+    The hidden state at absolute position p scores prompt token p+1, for p in
+    [logprob_start_len, prompt_len - 2]; token logprob_start_len itself is reported as None.
+    """
+    if not r.return_logprob or r.logprob_start_len < 0:
+        return 0, 0, []
+    prompt_len = len(r.origin_input_ids)
+    lo = max(r.logprob_start_len, prefix_len)
+    hi = min(prompt_len - 2, prefix_len + extend_len - 1)
+    if hi < lo:
+        return 0, 0, []
+    targets = r.origin_input_ids[lo + 1:hi + 2]
+    return lo - prefix_len, hi - lo + 1, targets
