@@ -37,3 +37,24 @@ def hf_models():
         return cache[path]
 
     return get
+
+
+# ---------------------------------------------------------------------------- servers
+from server_utils import ServerProcess  # noqa: E402
+
+DEFAULT_SERVER_ARGS = ["--max-total-tokens", "20000", "--enable-metrics", "--enable-cache-report"]
+
+
+@pytest.fixture(scope="session")
+def default_server():
+    """One `sglang serve` on the embedded SmolLM2, shared by the HTTP-level tests."""
+    srv = ServerProcess(DEFAULT_SERVER_ARGS)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def server_url(default_server):
+    """The default server's URL; after the test the idle KV invariant must hold."""
+    yield default_server.url
+    default_server.check_idle_invariant()
