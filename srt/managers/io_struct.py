@@ -60,6 +60,12 @@ class GetInternalStateReqOutput:
 
 
 @dataclass
+class SchedulerMetrics:
+    """Scheduler-side gauges and counters, pushed to the HTTP process (for /metrics) when they change."""
+    values: Dict[str, float]
+
+
+@dataclass
 class HealthCheckOutput:
     """Sent by the scheduler for every health-check generate so /health_generate can answer."""
     rid: str

@@ -28,6 +28,7 @@ from sglang.srt.managers.io_struct import (
     FlushCacheReqOutput,
     GetInternalStateReq,
     GetInternalStateReqOutput,
+    SchedulerMetrics,
     SchedulerReady,
     TokenizedGenerateReqInput,
 )
@@ -109,6 +110,9 @@ class TokenizerManager:
             try:
                 if isinstance(obj, BatchStrOutput):
                     await self._handle_batch_output(obj)
+                elif isinstance(obj, SchedulerMetrics):
+                    if self.metrics is not None:
+                        self.metrics.on_scheduler_metrics(obj.values)
                 elif isinstance(obj, DetokenizerError):
                     for rid in obj.rids:
                         self._fail(rid, GenerateError(500, obj.message))
@@ -188,6 +192,8 @@ class TokenizerManager:
         if out.finished_reasons[i] is not None:
             meta["e2e_latency"] = now - st.created_time
         incremental = st.stream and self.server_args.incremental_streaming_output
+        if self.metrics is not None:
+            self.metrics.on_chunk(st, len(delta_ids), now)
         st.last_chunk_time = now
         return {"text": delta_text if incremental else st.text,
                 "output_ids": list(delta_ids) if incremental else list(st.output_ids),
