@@ -48,3 +48,20 @@ class InvariantChecker:
         logger.error(msg)
         if s.server_args.strict_memory_check:
             raise MemoryLeakError(msg)
+
+    def check_busy(self) -> None:
+        """Mid-flight: every slot is free, in the tree, or owned by exactly one live request."""
+        s = self.s
+        ps = s.page_size
+        owned = 0
+        for r in s.rid_to_req.values():
+            if r.req_pool_idx is not None:
+                owned += (r.kv_allocated_len + ps - 1) // ps * ps - r.cache_protected_len
+        avail, evictable, protected, _ = self.state()
+        if avail + evictable + protected + owned != s.max_total_num_tokens:
+            holders = [(r.rid, r.kv_allocated_len, r.kv_committed_len, r.cache_protected_len)
+                       for r in s.rid_to_req.values() if r.req_pool_idx is not None]
+            msg = (f"KV accounting broken mid-flight: available {avail} + evictable {evictable} + protected "
+                   f"{protected} + owned {owned} != total {s.max_total_num_tokens}; holders {holders[:8]}")
+            logger.error(msg)
+            raise MemoryLeakError(msg)

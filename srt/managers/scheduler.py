@@ -61,7 +61,8 @@ class LaunchedBatch:
 
 
 class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
-    def __init__(self, server_args: ServerArgs, port_args: PortArgs, gpu_id: int = 0, tp_rank: int = 0):
+    def __init__(self, server_args: ServerArgs, port_args: Optional[PortArgs], gpu_id: int = 0, tp_rank: int = 0):
+        """port_args None: no sockets (the scheduler is driven in-process, as the tests do)."""
         self.server_args = server_args
         self.tp_rank = tp_rank
         self.device = server_args.resolved_device()
@@ -100,12 +101,12 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
             eos.add(self.tokenizer.eos_token_id)
         self.eos_token_ids = eos
 
-    def _init_sockets(self, port_args: PortArgs) -> None:
+    def _init_sockets(self, port_args: Optional[PortArgs]) -> None:
         self.zmq_ctx = zmq.Context(2)
         self.recv_from_tokenizer = None
         self.send_to_detokenizer = None
         self.send_to_tokenizer = None
-        if self.tp_rank == 0:
+        if self.tp_rank == 0 and port_args is not None:
             self.recv_from_tokenizer = make_socket(self.zmq_ctx, zmq.PULL, port_args.scheduler_input_ipc_name, True)
             target = port_args.tokenizer_ipc_name if self.server_args.skip_tokenizer_init \
                 else port_args.detokenizer_ipc_name
@@ -181,30 +182,38 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
         )
 
     # ------------------------------------------------------------------ loops
-    def event_loop_normal(self) -> None:
+    def event_loop(self) -> None:
         while not self.stop_requested:
             self.recv_and_process_requests(block=self._is_fully_idle())
-            batch = self.get_next_batch_to_run()
-            if batch is not None:
-                self.process_batch_result(*self.launch_batch(batch))
-            else:
-                self.on_idle()
-            self.last_batch = batch
+            self.step()
 
-    def event_loop_overlap(self) -> None:
-        while not self.stop_requested:
-            self.recv_and_process_requests(block=self._is_fully_idle())
-            batch = self.get_next_batch_to_run()
-            if batch is not None and self._needs_fresh_history(batch):
-                self._drain_pending()
-            if batch is not None:
-                self.pending.append(self.launch_batch(batch))
-            # The previous pass's results are processed while this one runs.
-            if len(self.pending) > 1 or (batch is None and self.pending):
-                self.process_batch_result(*self.pending.popleft())
-            if batch is None and not self.pending:
-                self.on_idle()
-            self.last_batch = batch
+    def step(self) -> None:
+        """One iteration after intake: the plain or the overlap schedule."""
+        if self.overlap:
+            self._step_overlap()
+        else:
+            self._step_normal()
+
+    def _step_normal(self) -> None:
+        batch = self.get_next_batch_to_run()
+        if batch is not None:
+            self.process_batch_result(*self.launch_batch(batch))
+        else:
+            self.on_idle()
+        self.last_batch = batch
+
+    def _step_overlap(self) -> None:
+        batch = self.get_next_batch_to_run()
+        if batch is not None and self._needs_fresh_history(batch):
+            self._drain_pending()
+        if batch is not None:
+            self.pending.append(self.launch_batch(batch))
+        # The previous pass's results are processed while this one runs.
+        if len(self.pending) > 1 or (batch is None and self.pending):
+            self.process_batch_result(*self.pending.popleft())
+        if batch is None and not self.pending:
+            self.on_idle()
+        self.last_batch = batch
 
     def _drain_pending(self) -> None:
         while self.pending:
@@ -219,8 +228,10 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
         return False
 
     def _is_fully_idle(self) -> bool:
+        lb = self.last_batch
+        unmerged = lb is not None and lb.forward_mode.is_extend() and any(not r.finished() for r in lb.reqs)
         return (not self.waiting_queue and self.running_batch.is_empty() and self.chunked_req is None
-                and not self.pending and not self.grammar_queue_nonempty())
+                and not self.pending and not self.grammar_queue_nonempty() and not unmerged)
 
     # ------------------------------------------------------------------ batch selection
     def get_next_batch_to_run(self) -> Optional[ScheduleBatch]:
@@ -279,6 +290,9 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
                              self.max_prefill_tokens, self.chunked_prefill_size, mixed, self.page_size)
         chunked = self.chunked_req
         if chunked is not None:
+            # The previous chunk's slots join the tree (or stay the request's own, without radix) and
+            # become this chunk's prefix.
+            self.tree_cache.cache_unfinished_req(chunked, chunked=True)
             chunked.init_next_round_input()
             self.chunked_req = adder.add_chunked_req(chunked)
         for req in list(self.waiting_queue):
@@ -394,6 +408,9 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
 
     # ------------------------------------------------------------------ idle
     def on_idle(self) -> None:
+        """No batch this iteration; the invariant check and ratio reset need a fully idle system."""
+        if not self._is_fully_idle():
+            return
         self.new_token_ratio = self.init_new_token_ratio
         self.invariants.check_idle()
         self.maybe_log_idle()
@@ -411,10 +428,7 @@ def run_scheduler_process(server_args: ServerArgs, port_args: PortArgs, gpu_id: 
         sched = Scheduler(server_args, port_args, gpu_id, tp_rank)
         pipe_writer.send(("ready", sched.ready_info()))
         sched.log_startup()
-        if sched.overlap:
-            sched.event_loop_overlap()
-        else:
-            sched.event_loop_normal()
+        sched.event_loop()
     except Exception as e:  # noqa: BLE001 - report any crash to the launcher, then die
         logger.exception("Scheduler hit an exception")
         try:

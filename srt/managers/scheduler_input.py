@@ -206,6 +206,9 @@ class SchedulerInputMixin:
             "available_tokens": self.allocator.available_size(),
             "evictable_tokens": self.tree_cache.evictable_size(),
             "protected_tokens": self.tree_cache.protected_size(),
+            "prefill_input_tokens_total": self.total_prefill_input_tokens,
+            "prefill_cached_tokens_total": self.total_prefill_cached_tokens,
+            "num_decode_steps": self.num_decode_steps,
         }
 
     # ------------------------------------------------------------------ grammar

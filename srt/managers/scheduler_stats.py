@@ -18,6 +18,11 @@ class SchedulerStatsMixin:
         self.total_prefill_input_tokens = 0
         self.total_prefill_cached_tokens = 0
         self.metrics = None
+        # /metrics lives in the HTTP process; rank 0 pushes its gauges there (other ranks have no socket).
+        if self.server_args.enable_metrics and self.send_to_tokenizer is not None:
+            from sglang.srt.metrics.scheduler_reporter import SchedulerMetricsReporter
+
+            self.metrics = SchedulerMetricsReporter(self, self.send_to_tokenizer, self.server_args.ipc_serializer)
 
     # ------------------------------------------------------------------ numbers
     def token_usage(self) -> float:
@@ -60,6 +65,8 @@ class SchedulerStatsMixin:
             n, old_ratio, new_ratio)
 
     def record_forward(self, launched, result) -> None:
+        if self.metrics is not None:
+            self.metrics.on_forward(self)  # rate-limited inside: keeps gauges fresh between decode logs
         if not launched.forward_mode.is_decode():
             return
         self.num_decode_steps += 1
