@@ -203,9 +203,9 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
         self.last_batch = batch
 
     def _step_overlap(self) -> None:
-        batch = self.get_next_batch_to_run()
-        if batch is not None and self._needs_fresh_history(batch):
+        if self.pending and self._history_sensitive():
             self._drain_pending()
+        batch = self.get_next_batch_to_run()
         if batch is not None:
             self.pending.append(self.launch_batch(batch))
         # The previous pass's results are processed while this one runs.
@@ -219,9 +219,13 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
         while self.pending:
             self.process_batch_result(*self.pending.popleft())
 
-    def _needs_fresh_history(self, batch: ScheduleBatch) -> bool:
-        """Penalties and grammars read every accepted token, so they cannot sample one pass ahead."""
-        for r in batch.reqs:
+    def _history_sensitive(self) -> bool:
+        """Penalties and grammars read every accepted token, so such requests cannot be scheduled one pass
+        ahead: their previous results are processed before the next batch is built."""
+        reqs = list(self.running_batch.reqs)
+        if self.last_batch is not None and self.last_batch.forward_mode.is_extend():
+            reqs += self.last_batch.reqs
+        for r in reqs:
             sp = r.sampling_params
             if r.grammar is not None or sp.frequency_penalty or sp.presence_penalty or sp.repetition_penalty != 1.0:
                 return True
