@@ -1,0 +1,450 @@
+"""Triton attention and fused-op kernels on one GPU: correctness first, then time against floors.
+
+    python benchmark/kernels/bench_attention.py            # checks + tables, ~1 min on an H200
+    python benchmark/kernels/bench_attention.py --sweep    # + launch-config sweeps (a few minutes)
+
+Decode: Llama-3-8B heads (H=32, H_kv=8, D=128, bf16), bs 1/8/64/256 x context 512/4096, KV in
+randomly scattered pool slots. Compared with (a) the bytes-read floor (K+V+slot ids+q+o at
+--bw, default 4.24 TB/s) and (b) torch: gather K/V through req_to_token, then SDPA.
+Extend: a 4096-token prompt (and two prefix-cached batches) against the FLOP floor (--flops,
+default 790 TFLOP/s dense bf16) and torch SDPA (flash, causal) where it applies.
+Fused ops: RMSNorm, residual-add RMSNorm, SiLU-and-mul, RoPE, KV store vs torch eager.
+
+Timing: every kernel is run for several "layers" with distinct buffers (enough that the data of all
+layers exceeds L2, as in a real forward pass), captured once in a CUDA graph, and the median graph
+replay time is divided by the layer count: no launch overhead, no L2 reuse between layers.
+If graph capture fails the script falls back to triton.testing.do_bench (eager, median) and
+marks the row with '*'. Exit status 1 if any correctness check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import statistics
+import sys
+import time
+from typing import Callable, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+import triton
+
+from sglang.srt.layers.attention.triton_ops.decode_attention import (
+    compute_num_kv_splits,
+    decode_attention_fwd,
+    decode_attention_ref,
+)
+from sglang.srt.layers.attention.triton_ops.extend_attention import extend_attention_fwd, extend_attention_ref
+from sglang.srt.layers.triton_ops import (
+    apply_rotary_emb_,
+    apply_rotary_emb_ref,
+    build_cos_sin_cache,
+    fused_add_rmsnorm,
+    fused_add_rmsnorm_ref,
+    rmsnorm,
+    rmsnorm_ref,
+    silu_and_mul,
+    silu_and_mul_ref,
+    store_kv,
+    store_kv_ref,
+)
+
+DEV = "cuda"
+DT = torch.bfloat16
+TOL = 1e-2
+L2_BYTES_TARGET = 512 << 20  # per measured call, all layers together touch at least this much
+FAILURES: List[str] = []
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------------
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out, ref = out.double(), ref.double()
+    if not torch.isfinite(out).all():
+        return math.inf
+    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def check(label: str, err: float, tol: float = TOL) -> str:
+    ok = err < tol
+    if not ok:
+        FAILURES.append(f"{label}: rel_err {err:.2e}")
+    return f"{err:.1e}" + ("" if ok else " FAIL")
+
+
+def layers_for(bytes_per_layer: int, cap: int = 32) -> int:
+    return max(1, min(cap, math.ceil(L2_BYTES_TARGET / max(1, bytes_per_layer))))
+
+
+def _event_time(fn: Callable[[], None], reps: int) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / reps
+
+
+def time_layers(calls: Sequence[Callable[[], None]]) -> Tuple[float, str]:
+    """Median ms per call when all `calls` (one per layer) run back to back; (ms, '' | '*')."""
+    for c in calls:  # compile + warm outside the capture
+        c()
+    torch.cuda.synchronize()
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for c in calls:
+                c()
+        graph.replay()
+        torch.cuda.synchronize()
+        reps = max(1, min(200, int(20.0 / max(_event_time(graph.replay, 1), 1e-3))))
+        times = [_event_time(graph.replay, reps) for _ in range(7)]
+        return statistics.median(times) / len(calls), ""
+    except Exception as e:  # some torch paths are not capturable: fall back to eager timing
+        print(f"    (graph capture failed: {type(e).__name__}: {str(e)[:120]}; timing eagerly)")
+        torch.cuda.synchronize()
+
+        def all_layers():
+            for c in calls:
+                c()
+
+        try:
+            ms = triton.testing.do_bench(all_layers, return_mode="median")
+        except TypeError:  # older do_bench without return_mode
+            ms = triton.testing.do_bench(all_layers, quantiles=[0.5])[0]
+        return ms / len(calls), "*"
+
+
+def fmt_us(ms: float, mark: str = "") -> str:
+    return f"{ms * 1e3:9.1f}{mark or ' '}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Decode
+# ---------------------------------------------------------------------------------------------
+# (H, H_kv, D, bs, ctx, grouped): Llama-3-8B heads, then MHA (Llama-2-7B heads) with the per-head
+# kernel vs the grouped (tl.dot) kernel at group size 1.
+DECODE_CASES = [(32, 8, 128, bs, ctx, None) for ctx in (512, 4096) for bs in (1, 8, 64, 256)]
+DECODE_CASES += [(32, 32, 128, bs, 4096, grouped) for bs in (8, 64) for grouped in (False, True)]
+
+
+class DecodeSetup:
+    """bs requests of `ctx` tokens each in randomly permuted pool slots, `n_layers` K/V buffer pairs."""
+
+    def __init__(self, bs: int, ctx: int, h: int, hkv: int, d: int, max_kv_splits: int, n_layers: int,
+                 seed: int = 0):
+        g = torch.Generator(device=DEV).manual_seed(seed)
+        total = bs * ctx
+        self.bs, self.ctx, self.h, self.hkv, self.d, self.max_kv_splits = bs, ctx, h, hkv, d, max_kv_splits
+        self.k = [torch.randn((total + 1, hkv, d), device=DEV, dtype=DT, generator=g) for _ in range(n_layers)]
+        self.v = [torch.randn((total + 1, hkv, d), device=DEV, dtype=DT, generator=g) for _ in range(n_layers)]
+        self.req_to_token = torch.zeros((bs + 1, ctx + 16), dtype=torch.int32, device=DEV)
+        slots = torch.randperm(total, device=DEV, generator=g).to(torch.int32) + 1
+        self.req_to_token[1:, :ctx] = slots.view(bs, ctx)
+        self.rows = torch.randperm(bs, device=DEV, generator=g) + 1
+        self.seq_lens = torch.full((bs,), ctx, dtype=torch.int64, device=DEV)
+        self.q = torch.randn((bs, h, d), device=DEV, dtype=DT, generator=g)
+        self.o = torch.empty((bs, h, d), device=DEV, dtype=DT)
+        self.logits = torch.empty((bs, h, max_kv_splits, d), device=DEV, dtype=torch.float32)
+        self.lse = torch.empty((bs, h, max_kv_splits), device=DEV, dtype=torch.float32)
+        self.num_kv_splits = compute_num_kv_splits(self.seq_lens, h, hkv, max_kv_splits)
+        self.scale = 1.0 / math.sqrt(d)
+
+    def floor_bytes(self) -> int:
+        tokens = self.bs * self.ctx
+        return tokens * self.hkv * 2 * self.d * 2 + tokens * 4 + 2 * self.bs * self.h * self.d * 2
+
+    def triton_call(self, layer: int, grouped: Optional[bool] = None, config: Optional[dict] = None):
+        def call():
+            decode_attention_fwd(self.q, self.k[layer], self.v[layer], self.o, self.req_to_token, self.rows,
+                                 self.seq_lens, self.logits, self.lse, self.num_kv_splits, self.max_kv_splits,
+                                 self.scale, grouped=grouped, config=config)
+        return call
+
+    def torch_call(self, layer: int):
+        """Gather the whole context of every request, then SDPA (equal lengths: no mask needed)."""
+        def call():
+            idx = self.req_to_token[self.rows, : self.ctx].long()  # [bs, ctx]
+            k = self.k[layer][idx].transpose(1, 2)  # [bs, hkv, ctx, d]
+            v = self.v[layer][idx].transpose(1, 2)
+            return F.scaled_dot_product_attention(self.q.unsqueeze(2), k, v, scale=self.scale,
+                                                  enable_gqa=True).squeeze(2)
+        return call
+
+
+def bench_decode(args) -> None:
+    print(f"\n== Decode attention (bf16, random slots; floor = bytes / {args.bw / 1e12:.2f} TB/s) ==")
+    hdr = (f"{'heads':>9} {'bs':>4} {'ctx':>5} {'splits':>6} {'err_ref':>9} {'err_sdpa':>9} {'triton_us':>10} "
+           f"{'floor_us':>9} {'%floor':>7} {'GB/s':>7} {'torch_us':>10} {'speedup':>7}")
+    print(hdr)
+    for h, hkv, d, bs, ctx, grouped in DECODE_CASES:
+        per_layer = bs * ctx * hkv * 2 * d * 2
+        n_layers = layers_for(per_layer)
+        s = DecodeSetup(bs, ctx, h, hkv, d, args.max_kv_splits, n_layers)
+        s.triton_call(0, grouped)()
+        ref = decode_attention_ref(s.q, s.k[0], s.v[0], s.req_to_token, s.rows, s.seq_lens, s.scale)
+        label = f"decode {h}/{hkv} bs{bs} ctx{ctx}" + ("" if grouped is None else f" grouped={grouped}")
+        e_ref = check(label, rel_err(s.o, ref))
+        sdpa_out = s.torch_call(0)()
+        e_sdpa = check(label + " vs sdpa", rel_err(s.o, sdpa_out.float()))
+        t_ms, mark = time_layers([s.triton_call(i, grouped) for i in range(n_layers)])
+        torch_ms, tmark = time_layers([s.torch_call(i) for i in range(n_layers)])
+        floor_ms = s.floor_bytes() / args.bw * 1e3
+        splits = int(s.num_kv_splits.max().item())
+        name = f"{h}/{hkv}" + ("" if grouped is None else ("/grp" if grouped else "/ph"))
+        print(f"{name:>9} {bs:>4} {ctx:>5} {splits:>6} {e_ref:>9} {e_sdpa:>9} {fmt_us(t_ms, mark)} "
+              f"{floor_ms * 1e3:9.1f} {100 * floor_ms / t_ms:6.0f}% {s.floor_bytes() / t_ms / 1e6:7.0f} "
+              f"{fmt_us(torch_ms, tmark)} {torch_ms / t_ms:6.1f}x")
+        del s
+        torch.cuda.empty_cache()
+
+
+# ---------------------------------------------------------------------------------------------
+# Extend
+# ---------------------------------------------------------------------------------------------
+class ExtendSetup:
+    def __init__(self, prefix_lens: Sequence[int], extend_lens: Sequence[int], h: int, hkv: int, d: int,
+                 n_layers: int, seed: int = 0):
+        g = torch.Generator(device=DEV).manual_seed(seed)
+        self.prefix_lens, self.extend_lens, self.h, self.hkv, self.d = list(prefix_lens), list(extend_lens), h, hkv, d
+        bs = len(prefix_lens)
+        seq = [p + e for p, e in zip(prefix_lens, extend_lens)]
+        total = sum(seq)
+        n_tok = sum(extend_lens)
+        self.k_buf = torch.randn((total + 1, hkv, d), device=DEV, dtype=DT, generator=g)
+        self.v_buf = torch.randn((total + 1, hkv, d), device=DEV, dtype=DT, generator=g)
+        self.req_to_token = torch.zeros((bs + 1, max(seq) + 16), dtype=torch.int32, device=DEV)
+        slots = (torch.randperm(total, device=DEV, generator=g) + 1).to(torch.int32)
+        at = 0
+        for i, n in enumerate(seq):
+            self.req_to_token[i + 1, :n] = slots[at:at + n]
+            at += n
+        self.rows = torch.arange(1, bs + 1, device=DEV)
+        self.seq_lens = torch.tensor(seq, device=DEV)
+        self.ext = torch.tensor(extend_lens, device=DEV)
+        self.start = torch.cumsum(self.ext, 0) - self.ext
+        self.max_ext = max(extend_lens)
+        self.q = [torch.randn((n_tok, h, d), device=DEV, dtype=DT, generator=g) for _ in range(n_layers)]
+        self.kx = [torch.randn((n_tok, hkv, d), device=DEV, dtype=DT, generator=g) for _ in range(n_layers)]
+        self.vx = [torch.randn((n_tok, hkv, d), device=DEV, dtype=DT, generator=g) for _ in range(n_layers)]
+        self.o = torch.empty((n_tok, h, d), device=DEV, dtype=DT)
+        self.scale = 1.0 / math.sqrt(d)
+
+    def flops(self) -> float:
+        pairs = sum(e * p + e * (e + 1) / 2 for p, e in zip(self.prefix_lens, self.extend_lens))
+        return 4.0 * self.h * self.d * pairs
+
+    def triton_call(self, layer: int, config: Optional[dict] = None):
+        def call():
+            extend_attention_fwd(self.q[layer], self.kx[layer], self.vx[layer], self.o, self.k_buf, self.v_buf,
+                                 self.req_to_token, self.rows, self.seq_lens, self.ext, self.start, self.max_ext,
+                                 self.scale, config=config)
+        return call
+
+    def sdpa_call(self, layer: int):
+        """Only for a single request without prefix: flash SDPA, causal, GQA."""
+        def call():
+            q = self.q[layer].transpose(0, 1).unsqueeze(0)
+            k = self.kx[layer].transpose(0, 1).unsqueeze(0)
+            v = self.vx[layer].transpose(0, 1).unsqueeze(0)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale, enable_gqa=True)
+        return call
+
+    def ref(self) -> torch.Tensor:
+        return extend_attention_ref(self.q[0], self.kx[0], self.vx[0], self.k_buf, self.v_buf, self.req_to_token,
+                                    self.rows, self.seq_lens, self.ext, self.start, self.scale)
+
+
+EXTEND_HEADS = (32, 8, 128)
+EXTEND_CASES = [
+    ("1 x 4096 prompt", [0], [4096]),
+    ("4 x (3072 cached + 1024 new)", [3072] * 4, [1024] * 4),
+    ("16 x (2048 cached + 256 new)", [2048] * 16, [256] * 16),
+]
+
+
+def bench_extend(args) -> None:
+    print(f"\n== Extend attention (Llama-3-8B heads 32/8/128, bf16; floor = FLOPs / {args.flops / 1e12:.0f} TFLOP/s) ==")
+    print(f"{'case':>30} {'err_ref':>9} {'triton_us':>10} {'floor_us':>9} {'%floor':>7} {'TFLOP/s':>8} "
+          f"{'sdpa_us':>10} {'vs_sdpa':>7}")
+    for name, prefix, ext in EXTEND_CASES:
+        s = ExtendSetup(prefix, ext, *EXTEND_HEADS, n_layers=4)
+        s.triton_call(0)()
+        err = check(f"extend {name}", rel_err(s.o, s.ref()))
+        with_sdpa = len(prefix) == 1 and prefix[0] == 0
+        if with_sdpa:  # before timing: the timed layers all write s.o
+            out = s.sdpa_call(0)()[0].transpose(0, 1)
+            check(f"extend {name} vs sdpa", rel_err(s.o, out.float()))
+        t_ms, mark = time_layers([s.triton_call(i) for i in range(4)])
+        floor_ms = s.flops() / args.flops * 1e3
+        sdpa = ""
+        if with_sdpa:
+            sd_ms, smark = time_layers([s.sdpa_call(i) for i in range(4)])
+            sdpa = f"{fmt_us(sd_ms, smark)} {sd_ms / t_ms:6.2f}x"
+        print(f"{name:>30} {err:>9} {fmt_us(t_ms, mark)} {floor_ms * 1e3:9.1f} {100 * floor_ms / t_ms:6.0f}% "
+              f"{s.flops() / t_ms / 1e9:8.0f} {sdpa}")
+        del s
+        torch.cuda.empty_cache()
+
+
+# ---------------------------------------------------------------------------------------------
+# Fused ops
+# ---------------------------------------------------------------------------------------------
+def _outputs_err(tri, ref, args: tuple, outputs: Callable) -> float:
+    """Run triton and torch on separate clones (several ops work in place); compare outputs(args, ret)."""
+    a1 = tuple(t.clone() for t in args)
+    a2 = tuple(t.clone() for t in args)
+    got, want = outputs(a1, tri(*a1)), outputs(a2, ref(*a2))
+    return max(rel_err(x, y.float()) for x, y in zip(got, want))
+
+
+FUSED_SHAPES = (4096, 14336, 32, 8, 128)  # Llama-3-8B: hidden, intermediate, q heads, kv heads, head dim
+FUSED_TOKENS = (256, 8192)  # a decode batch, a prefill chunk
+
+
+def bench_fused(args) -> None:
+    print("\n== Fused ops (bf16) vs torch eager (the *_ref twins) ==")
+    print(f"{'op':>34} {'err':>9} {'triton_us':>10} {'GB/s':>7} {'torch_us':>10} {'speedup':>7}")
+    hidden, inter, hq, hk, d = FUSED_SHAPES
+    cache = build_cos_sin_cache(8192, d, base=500000.0, device=DEV)
+    pool_slots = 1 << 20
+    g = torch.Generator(device=DEV).manual_seed(0)
+    rnd = lambda *shape: torch.randn(shape, device=DEV, dtype=DT, generator=g)  # noqa: E731
+    kb = torch.zeros((pool_slots, hk, d), device=DEV, dtype=DT)
+    vb = torch.zeros((pool_slots, hk, d), device=DEV, dtype=DT)
+    w = 1 + 0.1 * rnd(hidden)
+    ret = lambda a, r: (r,)  # noqa: E731  the returned tensor is the output
+    for n in FUSED_TOKENS:
+        pos = torch.randint(0, 8192, (n,), device=DEV, generator=g)
+        loc = torch.randperm(pool_slots - 1, device=DEV, generator=g)[:n] + 1
+        # (name, bytes moved, input builder, triton fn, torch fn, outputs to compare)
+        ops = [
+            (f"rmsnorm [{n},{hidden}]", 2 * n * hidden * 2, lambda: (rnd(n, hidden),),
+             lambda x: rmsnorm(x, w, 1e-6), lambda x: rmsnorm_ref(x, w, 1e-6), ret),
+            (f"fused_add_rmsnorm [{n},{hidden}]", 4 * n * hidden * 2, lambda: (rnd(n, hidden), rnd(n, hidden)),
+             lambda x, r: fused_add_rmsnorm(x, r, w, 1e-6), lambda x, r: fused_add_rmsnorm_ref(x, r, w, 1e-6),
+             lambda a, r: (r, a[1])),  # output and the updated residual
+            (f"silu_and_mul [{n},{2 * inter}]", 3 * n * inter * 2, lambda: (rnd(n, 2 * inter),),
+             silu_and_mul, silu_and_mul_ref, ret),
+            (f"rope q[{n},{hq}x{d}] k[{n},{hk}x{d}]", 2 * n * (hq + hk) * d * 2 + n * d * 4,
+             lambda: (rnd(n, hq * d), rnd(n, hk * d)),
+             lambda q, k: apply_rotary_emb_(pos, q, k, d, cache),
+             lambda q, k: apply_rotary_emb_ref(pos, q, k, d, cache), lambda a, r: r),  # both return (q, k)
+            (f"store_kv [{n},{hk},{d}]", 4 * n * hk * d * 2, lambda: (rnd(n, hk, d), rnd(n, hk, d)),
+             lambda k, v: store_kv(kb, vb, loc, k, v), lambda k, v: store_kv_ref(kb, vb, loc, k, v),
+             lambda a, r: (kb[loc].clone(), vb[loc].clone())),
+        ]
+        for name, nbytes, make, tri, ref, outputs in ops:
+            n_layers = layers_for(nbytes)
+            inputs = [make() for _ in range(n_layers)]
+            if name.startswith("store_kv"):  # poison the target rows: the triton run must write them
+                kb[loc], vb[loc] = float("nan"), float("nan")
+            err = check(name, _outputs_err(tri, ref, inputs[0], outputs))
+            t_ms, mark = time_layers([(lambda a=a: tri(*a)) for a in inputs])
+            r_ms, rmark = time_layers([(lambda a=a: ref(*a)) for a in inputs])
+            print(f"{name:>34} {err:>9} {fmt_us(t_ms, mark)} {nbytes / t_ms / 1e6:7.0f} {fmt_us(r_ms, rmark)} "
+                  f"{r_ms / t_ms:6.1f}x")
+            del inputs
+
+
+# ---------------------------------------------------------------------------------------------
+# Sweeps (opt-in)
+# ---------------------------------------------------------------------------------------------
+SWEEP_HEADS = (32, 8, 128)
+SWEEP_CTX = 4096
+SWEEP_BS = (1, 64, 256)
+
+
+def sweep(args) -> None:
+    h, hkv, d = SWEEP_HEADS
+    ctx = SWEEP_CTX
+    print(f"\n== Sweep: decode stage-1 config (heads {h}/{hkv}/{d}, ctx {ctx}) - us per call ==")
+    configs = [dict(BLOCK_N=bn, num_warps=w, num_stages=st)
+               for bn, w, st in itertools.product((32, 64, 128), (2, 4, 8), (1, 2, 3))]
+    for bs in SWEEP_BS:
+        n_layers = layers_for(bs * ctx * hkv * 2 * d * 2)
+        s = DecodeSetup(bs, ctx, h, hkv, d, args.max_kv_splits, n_layers)
+        ref = decode_attention_ref(s.q, s.k[0], s.v[0], s.req_to_token, s.rows, s.seq_lens, s.scale)
+        floor_ms = s.floor_bytes() / args.bw * 1e3
+        results = []
+        for cfg in configs:
+            try:
+                s.triton_call(0, config=cfg)()
+                if rel_err(s.o, ref) >= TOL:
+                    results.append((math.inf, cfg, "wrong"))
+                    continue
+                t_ms, _ = time_layers([s.triton_call(i, config=cfg) for i in range(n_layers)])
+                results.append((t_ms, cfg, ""))
+            except Exception as e:  # e.g. out of shared memory
+                results.append((math.inf, cfg, type(e).__name__))
+        results.sort(key=lambda r: r[0])
+        print(f"  bs {bs}: floor {floor_ms * 1e3:.1f} us; best 5:")
+        for t_ms, cfg, note in results[:5]:
+            print(f"    {t_ms * 1e3:8.1f} us ({100 * floor_ms / t_ms:3.0f}% floor) {cfg} {note}")
+        del s
+        torch.cuda.empty_cache()
+
+    print(f"\n== Sweep: decode split heuristic (waves x max_kv_splits), ctx {ctx} ==")
+    for bs in SWEEP_BS[:2]:
+        for max_splits, waves in itertools.product((8, 16, 32), (1, 2, 4, 8)):
+            n_layers = layers_for(bs * ctx * hkv * 2 * d * 2)
+            s = DecodeSetup(bs, ctx, h, hkv, d, max_splits, n_layers)
+            compute_num_kv_splits(s.seq_lens, h, hkv, max_splits, waves=waves, out=s.num_kv_splits)
+            t_ms, _ = time_layers([s.triton_call(i) for i in range(n_layers)])
+            floor_ms = s.floor_bytes() / args.bw * 1e3
+            print(f"  bs {bs:>3} max_splits {max_splits:>2} waves {waves}: splits {int(s.num_kv_splits.max()):>2} "
+                  f"{t_ms * 1e3:8.1f} us ({100 * floor_ms / t_ms:3.0f}% floor)")
+            del s
+        torch.cuda.empty_cache()
+
+    print(f"\n== Sweep: extend config ({EXTEND_CASES[0][0]}; {EXTEND_CASES[1][0]}) ==")
+    ext_cfgs = [dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st) for bm, bn, w, st in
+                [(128, 64, 8, 2), (128, 64, 8, 3), (128, 32, 8, 2), (128, 128, 8, 2), (64, 64, 4, 2),
+                 (64, 64, 4, 3), (64, 128, 4, 2), (64, 32, 4, 2), (128, 64, 4, 2)]]
+    for name, prefix, ext in EXTEND_CASES[:2]:
+        s = ExtendSetup(prefix, ext, *EXTEND_HEADS, n_layers=2)
+        ref = s.ref()
+        floor_ms = s.flops() / args.flops * 1e3
+        print(f"  {name}: floor {floor_ms * 1e3:.1f} us")
+        for cfg in ext_cfgs:
+            try:
+                s.triton_call(0, cfg)()
+                ok = rel_err(s.o, ref) < TOL
+                t_ms, _ = time_layers([s.triton_call(i, cfg) for i in range(2)])
+                print(f"    {t_ms * 1e3:8.1f} us ({100 * floor_ms / t_ms:3.0f}% floor) {cfg}{'' if ok else ' WRONG'}")
+            except Exception as e:
+                print(f"    {'-':>8}    {cfg} {type(e).__name__}")
+        del s
+        torch.cuda.empty_cache()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bw", type=float, default=4.24e12, help="HBM bytes/s for the decode floor")
+    ap.add_argument("--flops", type=float, default=790e12, help="dense bf16 FLOP/s for the extend floor")
+    ap.add_argument("--max-kv-splits", type=int, default=16)
+    ap.add_argument("--only", default="decode,extend,fused", help="comma list of decode,extend,fused")
+    ap.add_argument("--sweep", action="store_true", help="also sweep launch configs / split heuristic")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("needs a CUDA GPU", file=sys.stderr)
+        return 2
+    props = torch.cuda.get_device_properties(0)
+    print(f"{props.name}, {props.multi_processor_count} SMs, torch {torch.__version__}, triton {triton.__version__}")
+    t0 = time.time()
+    sections = {"decode": bench_decode, "extend": bench_extend, "fused": bench_fused}
+    for name in args.only.split(","):
+        sections[name.strip()](args)
+    if args.sweep:
+        sweep(args)
+    print(f"\n{time.time() - t0:.0f} s; " + ("all correctness checks passed" if not FAILURES else
+                                            f"{len(FAILURES)} CHECK FAILURES:\n  " + "\n  ".join(FAILURES)))
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,374 @@
+"""Paged split-KV decode attention (flash-decoding) over the token-slot KV pool.
+
+One query token per request attends to positions [0, seq_len) of that request, whose K/V live in
+scattered slots of k_buffer / v_buffer; req_to_token[row, pos] gives the slot.
+
+Stage 1 cuts each request's positions into num_kv_splits[b] chunks and gives every
+(request, head block, split) its own program, so one long request still fills the GPU. Each program
+writes a normalised partial output and its log-sum-exp into fp32 workspaces. Stage 2 merges the
+splits of each (request, head) with a log-sum-exp weighted sum.
+
+CUDA-graph safety: the launch never reads device values on the host. Both grids depend only on
+bs, the head counts and max_kv_splits; the per-request split count is read inside the kernels from a
+device tensor (clamped to [1, max_kv_splits]), so a captured graph replays correctly whatever the
+sequence lengths are. A row with seq_len == 0 (a padded graph row) gets an all-zero output.
+
+Workspace contract: attn_logits[b, h, s] holds split s's softmax-normalised output and
+attn_lse[b, h, s] its natural-log sum-exp of the scaled (and capped) logits; entries of splits that
+are out of range or empty are left untouched and never read.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+# Query heads of one kv head are packed into a block of this many rows so that tl.dot can be used
+# (tensor-core MMAs need M >= 16). The padding rows cost MMA work, which decode has plenty of spare.
+_GROUP_BLOCK_H = 16
+
+
+@triton.jit
+def _soft_cap(x, logit_cap, HAS_CAP: tl.constexpr):
+    # cap * tanh(x / cap); tanh written with sigmoid so it needs no libdevice (triton 3.6 + interpreter).
+    if HAS_CAP:
+        x = logit_cap * (2.0 * tl.sigmoid(2.0 * x / logit_cap) - 1.0)
+    return x
+
+
+@triton.jit
+def _split_bounds(SeqLens, NumSplits, b, split, MAX_SPLITS: tl.constexpr):
+    """[start, end) of split `split` of request b; start >= end means the split is empty."""
+    seq_len = tl.load(SeqLens + b).to(tl.int32)
+    n_splits = tl.minimum(tl.maximum(tl.load(NumSplits + b).to(tl.int32), 1), MAX_SPLITS)
+    split_len = tl.cdiv(seq_len, n_splits)
+    start = split * split_len
+    end = tl.minimum(start + split_len, seq_len)
+    return start, end
+
+
+@triton.jit
+def _decode_stage1_grouped(
+    Q, K, V, ReqToToken, ReqPoolIdx, SeqLens, NumSplits, Mid, MidLse,
+    sm_scale, logit_cap,
+    stride_qb, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_rt,
+    stride_mb, stride_mh, stride_ms, stride_lb, stride_lh,
+    GROUP: tl.constexpr, BLOCKS_PER_KV: tl.constexpr, MAX_SPLITS: tl.constexpr,
+    D: tl.constexpr, DV: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    HAS_CAP: tl.constexpr, SLOT_INT64: tl.constexpr,
+):
+    """One program = (request, block of query heads sharing one kv head, split): K/V read once."""
+    b = tl.program_id(0)
+    hb = tl.program_id(1)
+    split = tl.program_id(2)
+    kv_head = hb // BLOCKS_PER_KV
+    local = (hb % BLOCKS_PER_KV) * BLOCK_H + tl.arange(0, BLOCK_H)
+    mask_h = local < GROUP
+    heads = kv_head * GROUP + local
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    offs_n = tl.arange(0, BLOCK_N)
+    mask_d = offs_d < D
+    mask_dv = offs_dv < DV
+
+    start, end = _split_bounds(SeqLens, NumSplits, b, split, MAX_SPLITS)
+    if start < end:
+        slot_row = ReqToToken + tl.load(ReqPoolIdx + b).to(tl.int64) * stride_rt
+        k_base = K + kv_head * stride_kh
+        v_base = V + kv_head * stride_vh
+        q = tl.load(Q + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
+                    mask=mask_h[:, None] & mask_d[None, :], other=0.0)
+        m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_H], tl.float32)
+        acc = tl.zeros([BLOCK_H, BLOCK_DV], tl.float32)
+        # With num_stages >= 2 Triton's pipeliner issues the slot-id load and the K/V gathers of
+        # later tiles ahead of this tile's math (checked in the sm_90 TTGIR), hiding the two
+        # dependent memory round trips per tile.
+        for n0 in range(start, end, BLOCK_N):
+            offs = n0 + offs_n
+            mask_n = offs < end
+            slot = tl.load(slot_row + offs, mask=mask_n, other=0)
+            if SLOT_INT64:  # only for pools with >= 2^31 elements per buffer: 64-bit math costs registers
+                slot = slot.to(tl.int64)
+            # K^T tile [BLOCK_D, BLOCK_N]; masked lanes are never dereferenced (slot 0 may hold junk).
+            k = tl.load(k_base + slot[None, :] * stride_kt + offs_d[:, None],
+                        mask=mask_d[:, None] & mask_n[None, :], other=0.0)
+            qk = tl.dot(q, k.to(q.dtype)) * sm_scale
+            qk = _soft_cap(qk, logit_cap, HAS_CAP)
+            # log2 domain (x log2(e)) so the softmax uses exp2; masked positions get -inf.
+            qk = tl.where(mask_n[None, :], qk * 1.4426950408889634, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            alpha = tl.exp2(m_i - m_new)
+            p = tl.exp2(qk - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            v = tl.load(v_base + slot[:, None] * stride_vt + offs_dv[None, :],
+                        mask=mask_n[:, None] & mask_dv[None, :], other=0.0)
+            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype))
+            m_i = m_new
+        # Every row saw at least one unmasked position (start < end), so l_i > 0.
+        out = acc / l_i[:, None]
+        tl.store(Mid + b * stride_mb + heads[:, None] * stride_mh + split * stride_ms + offs_dv[None, :],
+                 out, mask=mask_h[:, None] & mask_dv[None, :])
+        lse = (m_i + tl.log2(l_i)) * 0.6931471805599453  # back to natural log (x ln 2)
+        tl.store(MidLse + b * stride_lb + heads * stride_lh + split, lse, mask=mask_h)
+
+
+@triton.jit
+def _decode_stage1_per_head(
+    Q, K, V, ReqToToken, ReqPoolIdx, SeqLens, NumSplits, Mid, MidLse,
+    sm_scale, logit_cap,
+    stride_qb, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_rt,
+    stride_mb, stride_mh, stride_ms, stride_lb, stride_lh,
+    GROUP: tl.constexpr, MAX_SPLITS: tl.constexpr,
+    D: tl.constexpr, DV: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    HAS_CAP: tl.constexpr, SLOT_INT64: tl.constexpr,
+):
+    """One program = (request, query head, split); vector math, no MMA. Used when GROUP == 1."""
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    split = tl.program_id(2)
+    kv_head = h // GROUP
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    offs_n = tl.arange(0, BLOCK_N)
+    mask_d = offs_d < D
+    mask_dv = offs_dv < DV
+
+    start, end = _split_bounds(SeqLens, NumSplits, b, split, MAX_SPLITS)
+    if start < end:
+        slot_row = ReqToToken + tl.load(ReqPoolIdx + b).to(tl.int64) * stride_rt
+        k_base = K + kv_head * stride_kh
+        v_base = V + kv_head * stride_vh
+        q = tl.load(Q + b * stride_qb + h * stride_qh + offs_d, mask=mask_d, other=0.0).to(tl.float32)
+        m_i = float("-inf")
+        l_i = 0.0
+        acc = tl.zeros([BLOCK_DV], tl.float32)
+        for n0 in range(start, end, BLOCK_N):
+            offs = n0 + offs_n
+            mask_n = offs < end
+            slot = tl.load(slot_row + offs, mask=mask_n, other=0)
+            if SLOT_INT64:
+                slot = slot.to(tl.int64)
+            k = tl.load(k_base + slot[:, None] * stride_kt + offs_d[None, :],
+                        mask=mask_n[:, None] & mask_d[None, :], other=0.0)
+            qk = tl.sum(q[None, :] * k.to(tl.float32), 1) * sm_scale
+            qk = _soft_cap(qk, logit_cap, HAS_CAP)
+            qk = tl.where(mask_n, qk * 1.4426950408889634, float("-inf"))
+            # Every tile has >= 1 unmasked position, so m_new is finite from the first tile on.
+            m_new = tl.maximum(m_i, tl.max(qk, 0))
+            alpha = tl.exp2(m_i - m_new)
+            p = tl.exp2(qk - m_new)
+            l_i = l_i * alpha + tl.sum(p, 0)
+            v = tl.load(v_base + slot[:, None] * stride_vt + offs_dv[None, :],
+                        mask=mask_n[:, None] & mask_dv[None, :], other=0.0)
+            acc = acc * alpha + tl.sum(p[:, None] * v.to(tl.float32), 0)
+            m_i = m_new
+        tl.store(Mid + b * stride_mb + h * stride_mh + split * stride_ms + offs_dv, acc / l_i, mask=mask_dv)
+        tl.store(MidLse + b * stride_lb + h * stride_lh + split, (m_i + tl.log2(l_i)) * 0.6931471805599453)
+
+
+@triton.jit
+def _decode_stage2(
+    Mid, MidLse, O, SeqLens, NumSplits,
+    stride_mb, stride_mh, stride_ms, stride_lb, stride_lh, stride_ob, stride_oh,
+    MAX_SPLITS: tl.constexpr, DV: tl.constexpr, BLOCK_DV: tl.constexpr,
+):
+    """Merge the splits of one (request, head): out = sum_s exp(lse_s - M) o_s / sum_s exp(lse_s - M)."""
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    mask_dv = offs_dv < DV
+    seq_len = tl.load(SeqLens + b).to(tl.int32)
+    n_splits = tl.minimum(tl.maximum(tl.load(NumSplits + b).to(tl.int32), 1), MAX_SPLITS)
+    split_len = tl.maximum(tl.cdiv(seq_len, n_splits), 1)
+    # Splits [0, n_written) are exactly the non-empty ones stage 1 wrote; seq_len 0 gives none.
+    n_written = tl.cdiv(seq_len, split_len)
+
+    # Finite start value: an all-empty row (seq_len 0) ends with acc = 0, e_sum = 0 and no NaN.
+    e_max = -1e30
+    e_sum = 0.0
+    acc = tl.zeros([BLOCK_DV], tl.float32)
+    for s in range(0, n_written):
+        lse = tl.load(MidLse + b * stride_lb + h * stride_lh + s)
+        o_s = tl.load(Mid + b * stride_mb + h * stride_mh + s * stride_ms + offs_dv, mask=mask_dv, other=0.0)
+        new_max = tl.maximum(e_max, lse)
+        rescale = tl.exp(e_max - new_max)
+        w = tl.exp(lse - new_max)
+        acc = acc * rescale + w * o_s
+        e_sum = e_sum * rescale + w
+        e_max = new_max
+    out = acc / tl.where(e_sum > 0.0, e_sum, 1.0)  # e_sum >= 1 unless no split was written
+    tl.store(O + b * stride_ob + h * stride_oh + offs_dv, out.to(O.dtype.element_ty), mask=mask_dv)
+
+
+def _stage1_config(block_d: int, grouped: bool, on_cuda: bool) -> dict:
+    """Tile size / warps / pipeline depth for stage 1. Decode is bandwidth-bound: what matters is
+    bytes in flight per SM (resident programs x BLOCK_N x head_dim x pipelined stages)."""
+    if not on_cuda:
+        # Triton interpreter: small tiles so multi-tile loops get exercised at test shapes.
+        return dict(BLOCK_N=16, num_warps=1, num_stages=1)
+    # From offline sm_90 compiles (triton 3.9, ptxas -v), untimed: grouped D128 BLOCK_N 64 / 4 warps /
+    # 2 stages = 72 regs, 38 KB smem (K/V gathers become cp.async one tile ahead); per-head D128
+    # BLOCK_N 64 / 4 warps = 88 regs (not pipelined: its loads do not feed a tl.dot).
+    if grouped:
+        return dict(BLOCK_N=64 if block_d <= 128 else 32, num_warps=4, num_stages=2)
+    return dict(BLOCK_N=64 if block_d <= 128 else 32, num_warps=4, num_stages=1)
+
+
+def decode_head_programs(num_heads: int, num_kv_heads: int, grouped: Optional[bool] = None) -> int:
+    """Stage-1 programs per (request, split): kv heads x head blocks (grouped) or query heads."""
+    group = num_heads // num_kv_heads
+    if grouped is None:
+        grouped = group > 1
+    return num_kv_heads * triton.cdiv(group, _GROUP_BLOCK_H) if grouped else num_heads
+
+
+def compute_num_kv_splits(
+    seq_lens: torch.Tensor,
+    num_heads: int,
+    num_kv_heads: int,
+    max_kv_splits: int,
+    out: Optional[torch.Tensor] = None,
+    num_sms: Optional[int] = None,
+    waves: int = 4,
+    min_split_len: int = 64,
+) -> torch.Tensor:
+    """Per-request split counts [bs] int32, computed on the device (no host sync, graph-capturable).
+
+    The work of the whole batch (sum of seq_lens x stage-1 head programs) is spread over about
+    `waves` x num_sms programs: the target split length is total_work / target_programs, never
+    below `min_split_len` (a split also pays for a stage-2 read and a partial write). Long requests
+    therefore get more splits than short ones, and large batches get 1 split each.
+    Pass `out` (a persistent int32 tensor) when capturing a CUDA graph.
+    """
+    if num_sms is None:
+        if seq_lens.is_cuda:
+            num_sms = torch.cuda.get_device_properties(seq_lens.device).multi_processor_count
+        else:
+            num_sms = 132  # H200
+    target_programs = max(1, num_sms * waves)
+    head_programs = decode_head_programs(num_heads, num_kv_heads)
+    lens = seq_lens.to(torch.int64)
+    total_work = lens.sum() * head_programs
+    split_len = torch.clamp((total_work + target_programs - 1) // target_programs, min=min_split_len)
+    n = torch.clamp((lens + split_len - 1) // split_len, min=1, max=max_kv_splits).to(torch.int32)
+    if out is None:
+        return n
+    out.copy_(n)
+    return out
+
+
+def decode_attention_fwd(
+    q: torch.Tensor,
+    k_buffer: torch.Tensor,
+    v_buffer: torch.Tensor,
+    o: torch.Tensor,
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    seq_lens: torch.Tensor,
+    attn_logits: torch.Tensor,
+    attn_lse: torch.Tensor,
+    num_kv_splits: torch.Tensor,
+    max_kv_splits: int,
+    sm_scale: float,
+    logit_cap: float = 0.0,
+    grouped: Optional[bool] = None,
+    config: Optional[dict] = None,
+) -> None:
+    """Decode attention; writes o [bs, H, Dv] in place.
+
+    q [bs, H, D]; k_buffer [slots, H_kv, D]; v_buffer [slots, H_kv, Dv]; req_to_token [rows, ctx]
+    int32; req_pool_indices [bs]; seq_lens [bs] (includes the new token, whose K/V must already be
+    stored); attn_logits [bs, H, >=max_kv_splits, Dv] fp32 and attn_lse [bs, H, >=max_kv_splits]
+    fp32 workspaces; num_kv_splits [bs] int32 (see compute_num_kv_splits). `grouped` forces or
+    forbids the GQA head-block kernel (default: grouped when H > H_kv); `config` overrides the
+    stage-1 launch config (BLOCK_N, num_warps, num_stages) for tuning sweeps.
+    """
+    bs, num_heads, head_dim = q.shape
+    num_kv_heads = k_buffer.shape[1]
+    v_dim = v_buffer.shape[2]
+    assert num_heads % num_kv_heads == 0, "query heads must be a multiple of kv heads"
+    assert k_buffer.shape[2] == head_dim and o.shape == (bs, num_heads, v_dim)
+    for t in (q, k_buffer, v_buffer, o, attn_logits, req_to_token):
+        assert t.stride(-1) == 1, "last dimension must be contiguous"
+    assert attn_lse.stride(-1) == 1
+    assert attn_logits.shape[2] >= max_kv_splits and attn_lse.shape[2] >= max_kv_splits
+    if bs == 0:
+        return
+    group = num_heads // num_kv_heads
+    if grouped is None:
+        grouped = group > 1
+    block_d = triton.next_power_of_2(head_dim)
+    block_dv = triton.next_power_of_2(v_dim)
+    cfg = dict(_stage1_config(block_d, grouped, q.is_cuda), **(config or {}))
+    # 32-bit slot offsets unless a buffer is too large for them (decided from shapes: no sync).
+    slot_int64 = max(k_buffer.shape[0] * k_buffer.stride(0), v_buffer.shape[0] * v_buffer.stride(0)) >= 2**31
+    common = (
+        q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, num_kv_splits,
+        attn_logits, attn_lse, sm_scale, logit_cap,
+        q.stride(0), q.stride(1), k_buffer.stride(0), k_buffer.stride(1),
+        v_buffer.stride(0), v_buffer.stride(1), req_to_token.stride(0),
+        attn_logits.stride(0), attn_logits.stride(1), attn_logits.stride(2),
+        attn_lse.stride(0), attn_lse.stride(1),
+    )
+    if grouped:
+        blocks_per_kv = triton.cdiv(group, _GROUP_BLOCK_H)
+        grid = (bs, num_kv_heads * blocks_per_kv, max_kv_splits)
+        _decode_stage1_grouped[grid](
+            *common, GROUP=group, BLOCKS_PER_KV=blocks_per_kv, MAX_SPLITS=max_kv_splits,
+            D=head_dim, DV=v_dim, BLOCK_H=_GROUP_BLOCK_H, BLOCK_N=cfg["BLOCK_N"], BLOCK_D=block_d,
+            BLOCK_DV=block_dv, HAS_CAP=logit_cap > 0, SLOT_INT64=slot_int64,
+            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        )
+    else:
+        grid = (bs, num_heads, max_kv_splits)
+        _decode_stage1_per_head[grid](
+            *common, GROUP=group, MAX_SPLITS=max_kv_splits, D=head_dim, DV=v_dim,
+            BLOCK_N=cfg["BLOCK_N"], BLOCK_D=block_d, BLOCK_DV=block_dv, HAS_CAP=logit_cap > 0,
+            SLOT_INT64=slot_int64, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        )
+    _decode_stage2[(bs, num_heads)](
+        attn_logits, attn_lse, o, seq_lens, num_kv_splits,
+        attn_logits.stride(0), attn_logits.stride(1), attn_logits.stride(2),
+        attn_lse.stride(0), attn_lse.stride(1), o.stride(0), o.stride(1),
+        MAX_SPLITS=max_kv_splits, DV=v_dim, BLOCK_DV=block_dv,
+        num_warps=4 if q.is_cuda else 1,
+    )
+
+
+def decode_attention_ref(
+    q: torch.Tensor,
+    k_buffer: torch.Tensor,
+    v_buffer: torch.Tensor,
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    seq_lens: torch.Tensor,
+    sm_scale: float,
+    logit_cap: float = 0.0,
+) -> torch.Tensor:
+    """Torch twin of decode_attention_fwd, computed in fp32; returns [bs, H, Dv] float32.
+
+    A per-request loop (host reads of seq_lens): for tests and correctness checks only.
+    """
+    bs, num_heads, _ = q.shape
+    group = num_heads // k_buffer.shape[1]
+    out = torch.zeros((bs, num_heads, v_buffer.shape[2]), dtype=torch.float32, device=q.device)
+    lens = seq_lens.tolist()
+    rows = req_pool_indices.tolist()
+    for i in range(bs):
+        n = int(lens[i])
+        if n == 0:
+            continue
+        slots = req_to_token[rows[i], :n].long()
+        k = k_buffer[slots].float().repeat_interleave(group, dim=1)  # [n, H, D]
+        v = v_buffer[slots].float().repeat_interleave(group, dim=1)
+        s = torch.einsum("hd,nhd->hn", q[i].float(), k) * sm_scale
+        if logit_cap > 0:
+            s = logit_cap * torch.tanh(s / logit_cap)
+        out[i] = torch.einsum("hn,nhd->hd", torch.softmax(s, dim=-1), v)
+    return out

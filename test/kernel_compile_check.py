@@ -1,0 +1,126 @@
+"""Compile every Triton kernel for sm_90 (H100/H200) without a GPU, at the launch configs used on CUDA.
+
+The interpreter checks (kernel_checks.py) prove the math but not that the code compiles: the
+interpreter accepts things the compiler rejects, and tile configs can spill registers or overflow
+shared memory. This script runs the real compiler (TTIR -> TTGIR -> PTX -> cubin) for target
+cuda:90 and prints registers / spills / shared memory per kernel (from `ptxas -v`).
+    python test/kernel_compile_check.py            # exit 1 if any kernel fails to compile
+Must run WITHOUT TRITON_INTERPRET. Pointer args are assumed 16-byte aligned and strides multiples
+of 16, as the JIT specialises them at runtime for the usual shapes (bf16, head dims of 64/80/128).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, Iterable, Optional
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from sglang.srt.layers.attention.triton_ops import decode_attention as da
+from sglang.srt.layers.attention.triton_ops import extend_attention as ea
+from sglang.srt.layers.triton_ops import activation, kv_store, rms_norm, rotary
+
+TARGET = GPUTarget("cuda", 90, 32)
+
+
+def _ptxas_info(ptx: str) -> str:
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+
+        with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+            f.write(ptx)
+        out = subprocess.run([get_ptxas(90).path, "-v", "--gpu-name=sm_90a", f.name, "-o", os.devnull],
+                             capture_output=True, text=True, timeout=120)
+        os.unlink(f.name)
+        regs = re.findall(r"Used (\d+) registers", out.stderr)
+        spills = re.findall(r"(\d+) bytes spill stores", out.stderr)
+        return f"regs={','.join(regs)} spill_bytes={','.join(spills)}"
+    except Exception as e:  # ptxas location differs across triton versions: informational only
+        return f"(no ptxas info: {type(e).__name__})"
+
+
+def compile_kernel(label: str, fn, ptr_types: Dict[str, str], consts: Dict[str, object], num_warps: int,
+                   num_stages: int, float_args: Iterable[str] = ()) -> bool:
+    """Compile `fn`; args named in ptr_types are pointers, float_args fp32, constexprs from consts,
+    every other arg i32. Returns False (and prints the error) if compilation fails."""
+    sig = {}
+    for name in fn.arg_names:
+        if name in consts:
+            sig[name] = "constexpr"
+        elif name in ptr_types:
+            sig[name] = ptr_types[name]
+        elif name in float_args:
+            sig[name] = "fp32"
+        else:
+            sig[name] = "i32"
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
+             if sig[n].startswith("*") or n.startswith("stride")}
+    t0 = time.perf_counter()
+    try:
+        c = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs), target=TARGET,
+                           options=dict(num_warps=num_warps, num_stages=num_stages))
+    except Exception as e:
+        print(f"FAIL {label}: {type(e).__name__}: {str(e)[:3000]}")
+        return False
+    ptx = c.asm["ptx"]
+    mma = "wgmma" if "wgmma" in ptx else ("mma.sync" if "mma.sync" in ptx else "-")
+    print(f"ok   {label:<44} smem={c.metadata.shared:>6} {_ptxas_info(ptx)} mma={mma} "
+          f"({time.perf_counter() - t0:.1f}s)")
+    return True
+
+
+def main(argv: Optional[list] = None) -> int:
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        print("run without TRITON_INTERPRET", file=sys.stderr)
+        return 2
+    ok = True
+    for dt in ("bf16", "fp16"):
+        p = lambda *names: {n: f"*{dt}" for n in names}  # noqa: E731
+        attn = {"ReqToToken": "*i32", "ReqPoolIdx": "*i64", "SeqLens": "*i64"}
+        dec_ptrs = {**p("Q", "K", "V", "O"), **attn, "NumSplits": "*i32", "Mid": "*fp32", "MidLse": "*fp32"}
+        ext_ptrs = {**p("Q", "KExt", "VExt", "O", "KBuf", "VBuf"), **attn, "ExtLens": "*i64", "ExtStart": "*i64"}
+        dims = ((128, 128), (64, 64), (80, 80), (256, 256)) if dt == "bf16" else ((128, 128),)
+        for d, dv in dims:
+            bd, bdv = triton.next_power_of_2(d), triton.next_power_of_2(dv)
+            for cap in (False, True):
+                tag = f"{dt} D{d}{' cap' if cap else ''}"
+                cfg = da._stage1_config(bd, True, True)
+                ok &= compile_kernel(f"decode grouped {tag}", da._decode_stage1_grouped, dec_ptrs,
+                                     dict(GROUP=4, BLOCKS_PER_KV=1, MAX_SPLITS=16, D=d, DV=dv, BLOCK_H=da._GROUP_BLOCK_H,
+                                          BLOCK_N=cfg["BLOCK_N"], BLOCK_D=bd, BLOCK_DV=bdv, HAS_CAP=cap,
+                                          SLOT_INT64=cap),  # cover both slot widths without doubling the list
+                                     cfg["num_warps"], cfg["num_stages"], ("sm_scale", "logit_cap"))
+                cfg = da._stage1_config(bd, False, True)
+                ok &= compile_kernel(f"decode per-head {tag}", da._decode_stage1_per_head, dec_ptrs,
+                                     dict(GROUP=1, MAX_SPLITS=16, D=d, DV=dv, BLOCK_N=cfg["BLOCK_N"], BLOCK_D=bd,
+                                          BLOCK_DV=bdv, HAS_CAP=cap, SLOT_INT64=cap),
+                                     cfg["num_warps"], cfg["num_stages"], ("sm_scale", "logit_cap"))
+                cfg = ea._extend_config(bd, bdv, True)
+                ok &= compile_kernel(f"extend {tag}", ea._extend_attention_kernel, ext_ptrs,
+                                     dict(GROUP=4, D=d, DV=dv, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
+                                          BLOCK_D=bd, BLOCK_DV=bdv, HAS_CAP=cap, SLOT_INT64=cap),
+                                     cfg["num_warps"], cfg["num_stages"], ("sm_scale", "logit_cap"))
+            ok &= compile_kernel(f"decode stage2 {dt} Dv{dv}", da._decode_stage2, dec_ptrs,
+                                 dict(MAX_SPLITS=16, DV=dv, BLOCK_DV=bdv), 4, 1)
+        ok &= compile_kernel(f"fused_add_rmsnorm {dt} 4096", rms_norm._rmsnorm_kernel, p("X", "Residual", "W", "Y"),
+                             dict(HAS_RESIDUAL=True, BLOCK=4096), 8, 1, ("eps",))
+        ok &= compile_kernel(f"rmsnorm {dt} 576", rms_norm._rmsnorm_kernel, p("X", "Residual", "W", "Y"),
+                             dict(HAS_RESIDUAL=False, BLOCK=1024), 2, 1, ("eps",))
+        ok &= compile_kernel(f"silu_and_mul {dt}", activation._silu_and_mul_kernel, p("X", "Y"), dict(BLOCK=1024), 4, 1)
+        ok &= compile_kernel(f"rotary {dt} 32/8 D128", rotary._rotary_kernel, {**p("Q", "K"), "Pos": "*i64",
+                             "Cache": "*fp32"}, dict(HEAD_SIZE=128, HALF=64, BLOCK_HQ=32, BLOCK_HK=8, BLOCK_HALF=64), 8, 1)
+        ok &= compile_kernel(f"store_kv {dt} 8x128", kv_store._store_kv_kernel, {**p("KBuf", "VBuf", "K", "V"),
+                             "Loc": "*i64"}, dict(H=8, D=128, DV=128, BLOCK_H=8, BLOCK_D=128, BLOCK_DV=128), 4, 1)
+    print("all compiled" if ok else "COMPILE FAILURES")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

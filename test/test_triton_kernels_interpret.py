@@ -1,0 +1,62 @@
+"""Triton kernels checked on the CPU: math through the Triton interpreter, compilation for sm_90.
+
+TRITON_INTERPRET must be set before triton is first imported and changes every @triton.jit in the
+process, so the checks run in child processes (test/kernel_checks.py, test/kernel_compile_check.py)
+and this pytest process is left untouched for the other test files.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+HERE = Path(__file__).resolve().parent
+
+
+def _run(script: str, *args: str, interpret: bool, timeout: int) -> None:
+    env = dict(os.environ)
+    env.pop("TRITON_INTERPRET", None)
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+    proc = subprocess.run([sys.executable, str(HERE / script), *args], cwd=HERE.parent, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    report = proc.stdout[-20000:] + "\n" + proc.stderr[-5000:]
+    # A negative return code is a crash (e.g. a wild read of a poisoned slot id): still a failure.
+    assert proc.returncode == 0, f"{script} {' '.join(args)} exited {proc.returncode}:\n{report}"
+
+
+@pytest.mark.parametrize("group", ["decode", "extend", "fused"])
+def test_kernels_match_torch_in_interpreter(group: str) -> None:
+    _run("kernel_checks.py", group, interpret=True, timeout=300)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("group", ["decode", "extend", "fused"])
+def test_kernels_match_torch_in_interpreter_full(group: str) -> None:
+    _run("kernel_checks.py", "--full", group, interpret=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_kernels_compile_for_sm90() -> None:
+    pytest.importorskip("triton.backends.nvidia.compiler")
+    _run("kernel_compile_check.py", interpret=False, timeout=600)
+
+
+def test_num_kv_splits_heuristic() -> None:
+    """Pure torch (no triton launch): split counts grow with length, shrink with batch, stay in range."""
+    from sglang.srt.layers.attention.triton_ops.decode_attention import compute_num_kv_splits
+
+    one_long = compute_num_kv_splits(torch.tensor([4096]), 32, 8, max_kv_splits=16, num_sms=132)
+    assert one_long.dtype == torch.int32 and one_long.tolist() == [16]
+    mixed = compute_num_kv_splits(torch.tensor([8000, 100, 1, 0]), 32, 8, max_kv_splits=16, num_sms=132).tolist()
+    assert mixed[0] > mixed[1] >= 1 and mixed[2] == 1 and mixed[3] == 1
+    big = compute_num_kv_splits(torch.full((256,), 4096), 32, 8, max_kv_splits=16, num_sms=132)
+    assert big.tolist() == [1] * 256  # 2048 programs already fill the GPU
+    out = torch.zeros(3, dtype=torch.int32)
+    res = compute_num_kv_splits(torch.tensor([512, 512, 512]), 32, 8, max_kv_splits=8, num_sms=132, out=out)
+    assert res is out and all(1 <= n <= 8 for n in out.tolist())
