@@ -1,0 +1,1 @@
+"""Pieces of benchmark/bench_serving.py: datasets, the HTTP client, the runner, metrics, plots."""
