@@ -1,0 +1,41 @@
+"""Registers the OpenAI-compatible routes on the HTTP server's app (called from create_app).
+
+Authentication is not done here: the server's middleware already guards every path except
+/health and /metrics when --api-key is set.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+
+from sglang.srt.entrypoints.http_server import ServerState, json_response
+from sglang.srt.entrypoints.openai.errors import OpenAIError, error_response
+from sglang.srt.entrypoints.openai.serving_chat import OpenAIServingChat
+from sglang.srt.entrypoints.openai.serving_completions import OpenAIServingCompletion
+from sglang.srt.entrypoints.openai.serving_models import ModelRegistry
+
+
+def add_openai_routes(app: FastAPI, state: ServerState) -> None:
+    models = ModelRegistry(state)
+    completions = OpenAIServingCompletion(state, models)
+    chat = OpenAIServingChat(state, models)
+
+    async def list_models() -> Response:
+        return json_response(models.list_models())
+
+    async def retrieve_model(model: str) -> Response:
+        if model not in models.names():
+            return error_response(OpenAIError(404, f"The model `{model}` does not exist.", "model"))
+        return json_response(models.card(model))
+
+    async def create_completion(request: Request) -> Response:
+        return await completions.handle(request)
+
+    async def create_chat_completion(request: Request) -> Response:
+        return await chat.handle(request)
+
+    app.get("/v1/models")(list_models)
+    app.get("/v1/models/{model:path}")(retrieve_model)
+    app.api_route("/v1/completions", methods=["POST", "PUT"])(create_completion)
+    app.api_route("/v1/chat/completions", methods=["POST", "PUT"])(create_chat_completion)
