@@ -147,6 +147,8 @@ def _add_native_routes(app: FastAPI, state: ServerState) -> None:
         info.update(st)
         info["internal_states"] = [st]
         info["version"] = __import__("sglang").__version__
+        info["process_pids"] = {p.name: p.pid for p in state.runtime.procs}
+        info["ipc_dir"] = state.runtime.port_args.ipc_dir
         return info
 
     app.get("/get_server_info")(server_info)

@@ -98,6 +98,30 @@ class SchedulePolicy:
         waiting[:] = out + [r for r in waiting if r not in set(out)]
 
 
+class InBatchPrefixFilter:
+    """Requests that arrive together and share a long prefix nobody has cached yet: admit the first,
+    hold the rest one round so they read the shared part from the tree instead of recomputing it."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.shadow = None
+
+    def should_wait(self, req: Req) -> bool:
+        if not self.enabled or self.shadow is None or len(req.prefix_indices) > IN_BATCH_CHECK_THRESHOLD:
+            return False
+        shared = len(self.shadow.match_prefix(req.fill_ids).device_indices)
+        return shared >= IN_BATCH_DEPRIORITIZE_THRESHOLD and shared > len(req.prefix_indices)
+
+    def add(self, req: Req) -> None:
+        if not self.enabled:
+            return
+        if self.shadow is None:
+            from sglang.srt.mem_cache.radix_cache import RadixCache
+
+            self.shadow = RadixCache(None, None, page_size=1)
+        self.shadow.insert(req.fill_ids)
+
+
 class AddReqResult(Enum):
     CONTINUE = auto()
     NO_TOKEN = auto()

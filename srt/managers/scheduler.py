@@ -30,7 +30,7 @@ from sglang.srt.managers.invariant_checker import InvariantChecker
 from sglang.srt.managers.overlap import BatchLauncher, FutureMap, PendingResult
 from sglang.srt.managers.req import FinishAbort, Req
 from sglang.srt.managers.schedule_batch import ScheduleBatch
-from sglang.srt.managers.schedule_policy import AddReqResult, PrefillAdder, SchedulePolicy
+from sglang.srt.managers.schedule_policy import AddReqResult, InBatchPrefixFilter, PrefillAdder, SchedulePolicy
 from sglang.srt.managers.scheduler_input import SchedulerInputMixin
 from sglang.srt.managers.scheduler_output import SchedulerOutputMixin
 from sglang.srt.managers.scheduler_stats import SchedulerStatsMixin
@@ -299,11 +299,16 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
             self.tree_cache.cache_unfinished_req(chunked, chunked=True)
             chunked.init_next_round_input()
             self.chunked_req = adder.add_chunked_req(chunked)
+        in_batch = InBatchPrefixFilter(enabled=not self.server_args.disable_radix_cache)
         for req in list(self.waiting_queue):
             if len(adder.can_run_list) - (1 if chunked is not None else 0) >= room:
                 break
             req.init_next_round_input(self.tree_cache)
+            if in_batch.should_wait(req):
+                continue  # it shares a long uncached prefix with a request in this batch: next round hits it
             res = adder.add_one_req(req, has_chunked_req=self.chunked_req is not None)
+            if res == AddReqResult.CONTINUE or req in adder.can_run_list:
+                in_batch.add(req)
             if res != AddReqResult.CONTINUE:
                 if res == AddReqResult.NO_TOKEN and self._try_preempt(adder, req):
                     continue
@@ -321,6 +326,10 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
         batch = ScheduleBatch(adder.can_run_list, self.req_to_token_pool, self.allocator, self.tree_cache,
                               self.device)
         batch.prepare_for_extend()
+        # Publish the prompts to the tree now, not when the pass returns: the next batch (built while
+        # this one runs) can already match them, and the device computes this pass's KV first.
+        for r in batch.reqs:
+            self.tree_cache.cache_unfinished_req(r, chunked=r is self.chunked_req)
         self.log_prefill_stats(adder, batch)
         if mixed and not self.running_batch.is_empty() and not batch.return_logprob:
             self.running_batch.filter_batch()

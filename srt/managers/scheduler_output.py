@@ -60,8 +60,6 @@ class SchedulerOutputMixin:
                 self._append_token(req, result, i)
             if req.finished():
                 self._on_finished(req)
-            elif is_ext:
-                self.tree_cache.cache_unfinished_req(req)
 
     def _collect_input_logprobs(self, req: Req, result, off: int, n: int) -> None:
         if result.input_token_logprobs is None or n == 0:

@@ -318,6 +318,8 @@ class TokenizerManager:
                 c = dict(p, rid=f"{p['rid']}-{k}", index=k)
                 c["sp"] = copy.copy(p["sp"])
                 c["sp"].n = 1
+                if c["sp"].sampling_seed is not None:
+                    c["sp"].sampling_seed += k  # n samples of one seeded request must still differ
                 out.append(c)
         return out
 

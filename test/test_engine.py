@@ -1,0 +1,54 @@
+"""The in-process Engine: same results as the HTTP server, streaming, async, context manager."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from server_utils import generate
+from sglang.srt.entrypoints.engine import Engine
+
+PROMPTS = ["The capital of France is", "Water boils at", "def add(a, b):"]
+SP = {"max_new_tokens": 10, "temperature": 0}
+
+
+@pytest.fixture(scope="module")
+def engine():
+    with Engine(max_total_tokens=8192) as e:
+        yield e
+
+
+def test_engine_and_http_give_identical_outputs(engine, server_url):
+    outs = engine.generate(PROMPTS, SP)
+    http = generate(server_url, text=PROMPTS, sampling_params=SP).json()
+    assert [o["output_ids"] for o in outs] == [h["output_ids"] for h in http]
+    assert [o["text"] for o in outs] == [h["text"] for h in http]
+    single = engine.generate(PROMPTS[0], SP, return_logprob=True, top_logprobs_num=2)
+    h = generate(server_url, text=PROMPTS[0], sampling_params=SP, return_logprob=True, top_logprobs_num=2).json()
+    assert single["output_ids"] == h["output_ids"]
+    for a, b in zip(single["meta_info"]["output_token_logprobs"], h["meta_info"]["output_token_logprobs"]):
+        assert a[1] == b[1] and abs(a[0] - b[0]) < 1e-4
+
+
+def test_engine_streaming_and_async(engine):
+    final = engine.generate(PROMPTS[1], SP)
+    chunks = list(engine.generate(PROMPTS[1], SP, stream=True))
+    assert chunks[-1]["text"] == final["text"] and chunks[-1]["output_ids"] == final["output_ids"]
+    assert len(chunks) > 1
+
+    async def run():
+        a = await engine.async_generate(PROMPTS[2], SP)
+        got = [c async for c in await engine.async_generate(PROMPTS[2], SP, stream=True)]
+        return a, got
+
+    a, got = asyncio.run(run())
+    assert got[-1]["text"] == a["text"]
+
+
+def test_engine_errors_and_info(engine):
+    with pytest.raises(ValueError, match="empty"):
+        engine.generate("", SP)
+    assert engine.get_model_info()["is_generation"]
+    assert engine.get_server_info()["max_total_num_tokens"] == 8192
+    assert engine.flush_cache()["success"]
