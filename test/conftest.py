@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 import sys
 
+# Test processes and the servers they start share two cores; spinning OpenMP threads starve each other.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))

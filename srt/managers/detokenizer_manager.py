@@ -160,7 +160,8 @@ def run_detokenizer_process(server_args: ServerArgs, port_args: PortArgs) -> Non
 
     configure_logger(server_args, prefix=" Detokenizer")
     kill_self_when_parent_dies()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher shuts us down
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     tokenizer = get_tokenizer(server_args.tokenizer_path or server_args.model_path, server_args.trust_remote_code)
     ctx = zmq.Context(2)
     recv = make_socket(ctx, zmq.PULL, port_args.detokenizer_ipc_name, True)

@@ -437,6 +437,7 @@ def run_scheduler_process(server_args: ServerArgs, port_args: PortArgs, gpu_id: 
     kill_self_when_parent_dies()
     faulthandler.enable()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher shuts us down
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the launcher shuts us down
     try:
         sched = Scheduler(server_args, port_args, gpu_id, tp_rank)
         pipe_writer.send(("ready", sched.ready_info()))
