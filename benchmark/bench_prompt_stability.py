@@ -162,6 +162,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     print(format_table(rows), flush=True)
     if args.output_file:
         rec = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "backend": args.backend,
+               "loadavg_1m_after": os.getloadavg()[0],
                "system_len": args.system_len, "rounds": args.rounds, "max_new_tokens": args.max_new_tokens,
                "cases": rows}
         with open(args.output_file, "a", encoding="utf-8") as f:

@@ -79,6 +79,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     a("--compare", nargs=2, metavar=("A.jsonl", "B.jsonl"), default=None,
       help="Draw a bar chart of the last run in each file instead of benchmarking")
     a("--compare-labels", nargs=2, default=None)
+    a("--compare-tags", nargs=2, default=None, metavar=("TAG_A", "TAG_B"),
+      help="With --compare: take the last run with this tag from each file (the files may be the same)")
     return p.parse_args(argv)
 
 
@@ -104,8 +106,20 @@ def _json_safe(v: Any) -> Any:
     return v
 
 
+def machine_info(load_before: float) -> Dict[str, Any]:
+    """This machine is shared: the load average says how much of it the run really had."""
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
+    except OSError:
+        pass
+    return {"nproc": os.cpu_count(), "cpu_model": model, "loadavg_1m_before": load_before,
+            "loadavg_1m_after": os.getloadavg()[0]}
+
+
 def run_record(args: argparse.Namespace, summary: Dict[str, Any], server_info: Dict[str, Any],
-               results: List[RequestResult]) -> Dict[str, Any]:
+               results: List[RequestResult], load_before: float = float("nan")) -> Dict[str, Any]:
     rec: Dict[str, Any] = {
         "tag": args.tag,
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
@@ -117,6 +131,7 @@ def run_record(args: argparse.Namespace, summary: Dict[str, Any], server_info: D
         "ignore_eos": not args.disable_ignore_eos,
         "stream": not args.disable_stream,
         "server": {k: server_info.get(k) for k in SERVER_FLAGS},
+        "machine": machine_info(load_before),
     }
     if args.dataset_name == "generated-shared-prefix":
         rec["gsp"] = {"num_groups": args.gsp_num_groups, "prompts_per_group": args.gsp_prompts_per_group,
@@ -166,13 +181,14 @@ def benchmark(args: argparse.Namespace) -> Dict[str, Any]:
     if args.flush_cache and not server_api.flush_cache(url):
         print("warning: /flush_cache did not succeed", file=sys.stderr)
 
+    load_before = os.getloadavg()[0]
     results, duration, _ = asyncio.run(run_requests(fn, cfg, reqs, args.request_rate, args.max_concurrency,
                                                     args.seed, show_progress=not args.disable_tqdm))
     info = server_api.get_server_info(url)
     summary = summarize(results, duration, tokenizer, info)
     print(format_table(summary, args.backend, args.request_rate, args.max_concurrency), flush=True)
 
-    rec = run_record(args, summary, info, results)
+    rec = run_record(args, summary, info, results, load_before)
     if args.output_file:
         with open(args.output_file, "a", encoding="utf-8") as f:
             f.write(json.dumps(rec) + "\n")
@@ -191,23 +207,28 @@ def compare(args: argparse.Namespace) -> None:
     runs, labels = [], []
     for i, path in enumerate(args.compare):
         with open(path, encoding="utf-8") as f:
-            lines = [ln for ln in f if ln.strip()]
-        if not lines:
-            raise SystemExit(f"{path} holds no runs")
-        run = json.loads(lines[-1])
+            records = [json.loads(ln) for ln in f if ln.strip()]
+        if args.compare_tags:
+            records = [r for r in records if r.get("tag") == args.compare_tags[i]]
+        if not records:
+            raise SystemExit(f"{path} holds no matching runs")
+        run = records[-1]
         runs.append(run)
         labels.append((args.compare_labels or [None, None])[i] or run.get("tag")
                       or os.path.splitext(os.path.basename(path))[0])
     out = args.plot_file or "compare.png"
     plot_compare(runs, labels, out, title=f"{labels[0]} vs {labels[1]}")
-    print(f"{'metric':<28} {labels[0]:>14} {labels[1]:>14} {'B/A':>8}")
-    for key in ("duration", "request_throughput", "output_throughput", "mean_ttft_ms", "median_ttft_ms",
-                "mean_itl_ms", "mean_e2e_latency_ms", "run_cache_hit_rate", "server_cache_hit_rate", "failed"):
+    w = max(14, len(labels[0]), len(labels[1]))
+    print(f"{'metric':<24} {labels[0]:>{w}} {labels[1]:>{w}} {'B/A':>7}")
+    for key in ("duration", "completed", "failed", "request_throughput", "output_throughput", "mean_ttft_ms",
+                "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "median_itl_ms", "p99_itl_ms",
+                "itl_zero_fraction", "mean_frames_per_request", "mean_e2e_latency_ms", "run_cache_hit_rate",
+                "server_cache_hit_rate"):
         a, b = runs[0].get(key), runs[1].get(key)
         ratio = f"{b / a:.2f}" if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a else "-"
         fa = f"{a:.3f}" if isinstance(a, float) else str(a)
         fb = f"{b:.3f}" if isinstance(b, float) else str(b)
-        print(f"{key:<28} {fa:>14} {fb:>14} {ratio:>8}")
+        print(f"{key:<24} {fa:>{w}} {fb:>{w}} {ratio:>7}")
     print(f"chart: {out}")
 
 

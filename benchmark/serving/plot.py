@@ -49,6 +49,7 @@ COMPARE_METRICS = [
     ("mean_itl_ms", "mean ITL (ms)"),
     ("mean_e2e_latency_ms", "mean E2E (ms)"),
     ("run_cache_hit_rate", "prompt cache hit rate"),
+    ("mean_frames_per_request", "SSE frames / request"),
     ("failed", "failed requests"),
 ]
 
@@ -56,7 +57,7 @@ COMPARE_METRICS = [
 def plot_compare(runs: List[Dict[str, Any]], labels: List[str], path: str, title: str = "") -> str:
     """One small panel per metric, one bar per run, each bar labelled with its value."""
     metrics = [(k, name) for k, name in COMPARE_METRICS if any(r.get(k) is not None for r in runs)]
-    cols = 4
+    cols = 3
     rows = (len(metrics) + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(3.0 * cols, 2.6 * rows))
     axes = np.atleast_1d(axes).ravel()
@@ -67,7 +68,7 @@ def plot_compare(runs: List[Dict[str, Any]], labels: List[str], path: str, title
         ax.set_xticks(range(len(runs)), labels, fontsize=8)
         ax.set_title(name, fontsize=9)
         for b, v in zip(bars, vals):
-            ax.annotate(f"{v:.3g}", (b.get_x() + b.get_width() / 2, b.get_height()), ha="center",
+            ax.annotate(f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}", (b.get_x() + b.get_width() / 2, b.get_height()), ha="center",
                         va="bottom", fontsize=8)
         ax.set_ylim(0, max(vals) * 1.2 if max(vals) > 0 else 1.0)
     for ax in axes[len(metrics):]:

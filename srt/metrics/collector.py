@@ -11,6 +11,7 @@ The TokenizerManager calls the on_* hooks from its event loop. What is counted w
   time; the sum stays the wall time). A non-streamed request usually arrives in one chunk and adds
   none, so this histogram describes streaming traffic. (Clients see the burst instead: g then k-1
   zeros; benchmark/serving measures that view.)
+- Requests sent with log_metrics=false are left out entirely.
 """
 
 from __future__ import annotations
