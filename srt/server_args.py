@@ -168,6 +168,7 @@ class ServerArgs:
         need(self.nnodes >= 1 and 0 <= self.node_rank < self.nnodes, "--node-rank must be in [0, nnodes)")
         if self.nnodes > 1:
             need(self.dist_init_addr is not None, "--dist-init-addr is required when --nnodes > 1")
+            need(self.tp_size % self.nnodes == 0, "--tp-size must be a multiple of --nnodes")
         if self.context_length is not None:
             need(self.context_length >= 2, "--context-length must be >= 2")
         if self.cuda_graph_max_bs is not None:

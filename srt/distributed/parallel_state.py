@@ -54,3 +54,28 @@ def tp_all_gather(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     parts = [torch.empty_like(x) for _ in range(_TP_SIZE)]
     dist.all_gather(parts, x.contiguous(), group=_TP_GROUP)
     return torch.cat(parts, dim=dim)
+
+
+def tp_broadcast_object(obj, src: int = 0):
+    """rank `src`'s Python object on every rank (identity with one rank)."""
+    if _TP_SIZE == 1:
+        return obj
+    box = [obj if _TP_RANK == src else None]
+    dist.broadcast_object_list(box, src=src, group=_CPU_GROUP)
+    return box[0]
+
+
+def tp_all_gather_object(obj) -> list:
+    if _TP_SIZE == 1:
+        return [obj]
+    out = [None] * _TP_SIZE
+    dist.all_gather_object(out, obj, group=_CPU_GROUP)
+    return out
+
+
+def tp_min_int(x: int) -> int:
+    if _TP_SIZE == 1:
+        return x
+    t = torch.tensor([x], dtype=torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN, group=_CPU_GROUP)
+    return int(t.item())

@@ -262,6 +262,15 @@ def launch_server(server_args: ServerArgs) -> None:
     configure_logger(server_args)
     server_args = resolve_model_paths(server_args)
     runtime = launch_subprocesses(server_args)
+    if server_args.node_rank > 0:
+        # Other nodes only run their scheduler ranks; node 0 serves HTTP and broadcasts requests.
+        logger.info("Node %d: scheduler ranks running; waiting.", server_args.node_rank)
+        try:
+            for p in runtime.procs:
+                p.join()
+        finally:
+            runtime.shutdown()
+        return
     state = ServerState(server_args, runtime)
     app = create_app(state)
 

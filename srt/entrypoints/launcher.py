@@ -95,15 +95,17 @@ def launch_subprocesses(server_args: ServerArgs) -> Runtime:
     procs: List[mp.Process] = []
     readers = []
     try:
-        for rank in range(server_args.tp_size):
+        per_node = server_args.tp_size // server_args.nnodes
+        first = server_args.node_rank * per_node
+        for rank in range(first, first + per_node):
             reader, writer = ctx.Pipe(duplex=False)
-            gpu = server_args.base_gpu_id + rank
+            gpu = server_args.base_gpu_id + rank - first
             p = ctx.Process(target=run_scheduler_process, args=(server_args, port_args, gpu, rank, writer),
                             name=f"scheduler-tp{rank}", daemon=True)
             p.start()
             procs.append(p)
             readers.append(reader)
-        if not server_args.skip_tokenizer_init:
+        if not server_args.skip_tokenizer_init and server_args.node_rank == 0:
             d = ctx.Process(target=run_detokenizer_process, args=(server_args, port_args), name="detokenizer",
                             daemon=True)
             d.start()

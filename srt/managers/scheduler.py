@@ -25,6 +25,8 @@ import torch
 import zmq
 
 from sglang.srt.configs.model_config import ModelConfig
+from sglang.srt.distributed.init import init_distributed
+from sglang.srt.distributed.parallel_state import tp_min_int
 from sglang.srt.managers.io_struct import SchedulerReady
 from sglang.srt.managers.invariant_checker import InvariantChecker
 from sglang.srt.managers.overlap import BatchLauncher, FutureMap, PendingResult
@@ -73,8 +75,11 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
         random.seed(seed)
         torch.manual_seed(seed)
         self.seed_rng = random.Random(seed)
+        self.tp_size = server_args.tp_size
+        init_distributed(server_args, port_args.nccl_port if port_args else 0, tp_rank, self.device)
         self.model_runner = ModelRunner(self.model_config, server_args, self.device, gpu_id,
                                         show_progress=tp_rank == 0)
+        self._agree_pool_sizes()
         self._init_limits()
         self._init_cache()
         self._init_policy()
@@ -112,6 +117,21 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
                 else port_args.detokenizer_ipc_name
             self.send_to_detokenizer = make_socket(self.zmq_ctx, zmq.PUSH, target, False)
             self.send_to_tokenizer = make_socket(self.zmq_ctx, zmq.PUSH, port_args.tokenizer_ipc_name, False)
+
+    def _agree_pool_sizes(self) -> None:
+        """Every rank must schedule with the same pool size: the smallest rank's bounds all."""
+        mr = self.model_runner
+        tokens = tp_min_int(mr.max_total_num_tokens)
+        rows = tp_min_int(mr.max_running_requests)
+        if tokens < mr.max_total_num_tokens:
+            # The buffers stay allocated; the allocator simply never hands out the extra slots.
+            mr.max_total_num_tokens = tokens
+            mr.token_to_kv_pool_allocator = type(mr.token_to_kv_pool_allocator)(
+                tokens, *([mr.page_size] if mr.page_size > 1 else []))
+        if rows < mr.max_running_requests:
+            mr.max_running_requests = rows
+            mr.req_to_token_pool.free_slots = list(range(1, rows + 1))
+            mr.req_to_token_pool.size = rows
 
     def _init_limits(self) -> None:
         sa, mr = self.server_args, self.model_runner

@@ -8,6 +8,7 @@ from typing import Any, List, Optional
 
 import zmq
 
+from sglang.srt.distributed.parallel_state import tp_all_gather_object, tp_broadcast_object
 from sglang.srt.managers.io_struct import (
     AbortReq,
     FlushCacheReqInput,
@@ -41,15 +42,15 @@ class SchedulerInputMixin:
                 return out
 
     def recv_and_process_requests(self, block: bool = False) -> None:
-        reqs = self.broadcast_requests(self.recv_requests(block))
+        reqs = self.recv_requests(block)
+        expired = self._expired_waiting() if self.tp_rank == 0 else []
+        # Rank 0 alone reads the socket and the clock; every rank applies the same decisions, so all
+        # ranks build identical batches.
+        reqs, expired = tp_broadcast_object((reqs, expired))
         for obj in reqs:
             self.process_input_request(obj)
         self.poll_grammar_queue()
-        self.check_waiting_timeouts()
-
-    def broadcast_requests(self, reqs: List[Any]) -> List[Any]:
-        """Rank 0 shares what it received so every TP rank builds the same batches (TP > 1)."""
-        return reqs
+        self.expire_waiting(expired)
 
     def process_input_request(self, obj: Any) -> None:
         if isinstance(obj, TokenizedGenerateReqInput):
@@ -139,16 +140,20 @@ class SchedulerInputMixin:
         self.rid_to_req.pop(req.rid, None)
         self.stream_output([req])
 
-    def check_waiting_timeouts(self) -> None:
+    def _expired_waiting(self) -> List[str]:
         timeout = self.server_args.request_waiting_timeout
         if not timeout or not self.waiting_queue:
-            return
+            return []
         now = time.monotonic()
-        expired = [r for r in self.waiting_queue if r.req_pool_idx is None and now - r.wait_queue_entry_time > timeout]
-        if not expired:
+        return [r.rid for r in self.waiting_queue
+                if r.req_pool_idx is None and not r.output_ids and now - r.wait_queue_entry_time > timeout]
+
+    def expire_waiting(self, rids: List[str]) -> None:
+        if not rids:
             return
-        gone = {id(r) for r in expired}
-        self.waiting_queue = [r for r in self.waiting_queue if id(r) not in gone]
+        gone = set(rids)
+        expired = [r for r in self.waiting_queue if r.rid in gone]
+        self.waiting_queue = [r for r in self.waiting_queue if r.rid not in gone]
         for r in expired:
             self.finish_early(r, WAITING_TIMEOUT_MESSAGE, 503, "ServiceUnavailable")
 
@@ -237,7 +242,9 @@ class SchedulerInputMixin:
     def poll_grammar_queue(self) -> None:
         if not self.grammar_queue_nonempty():
             return
-        ready, failed = self.grammar_manager.poll_ready()
+        # A request leaves the grammar queue only once every rank has settled it.
+        agreed = set.intersection(*tp_all_gather_object(self.grammar_manager.ready_rids()))
+        ready, failed = self.grammar_manager.pop_ready(agreed)
         for req, msg in failed:
             if msg.startswith("Aborted"):
                 self.finish_early(req, msg, None, None)

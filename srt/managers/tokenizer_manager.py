@@ -23,6 +23,7 @@ from sglang.srt.managers.generate_input import GenerateReqInput
 from sglang.srt.managers.io_struct import (
     AbortReq,
     BatchStrOutput,
+    BatchTokenIDOutput,
     DetokenizerError,
     FlushCacheReqInput,
     FlushCacheReqOutput,
@@ -108,6 +109,8 @@ class TokenizerManager:
             data = await self.recv_from_detokenizer.recv()
             obj = loads(data, self.server_args.ipc_serializer)
             try:
+                if isinstance(obj, BatchTokenIDOutput):  # --skip-tokenizer-init: ids straight from the scheduler
+                    obj = _ids_only(obj)
                 if isinstance(obj, BatchStrOutput):
                     await self._handle_batch_output(obj)
                 elif isinstance(obj, SchedulerMetrics):
@@ -231,11 +234,12 @@ class TokenizerManager:
     async def generate_request(self, obj: GenerateReqInput, request: Any = None) -> AsyncIterator[Any]:
         """Yields result dicts: cumulative chunks then the final one (stream), or one final result
         (a list for batch input). Raises ValueError (-> 400) or GenerateError."""
+        received = time.time()  # latency clocks start here, before tokenizing and grammar compiles
         if self.dead_message:
             raise GenerateError(503, self.dead_message)
         obj.normalize()
         items = [obj.item(i) for i in range(obj.batch_size)]
-        prepared = [self._prepare(it, obj) for it in items]  # all validated before any is sent
+        prepared = [self._prepare(it, obj, received) for it in items]  # all validated before any is sent
         for p in prepared:
             await self._validate_grammar(p["sp"])
         expanded = await self._expand_n(prepared)
@@ -255,7 +259,7 @@ class TokenizerManager:
                 raise r
         yield list(results)
 
-    def _prepare(self, item: Dict[str, Any], obj: GenerateReqInput) -> Dict[str, Any]:
+    def _prepare(self, item: Dict[str, Any], obj: GenerateReqInput, received: float) -> Dict[str, Any]:
         sp_dict = item["sampling_params"] or {}
         sp = SamplingParams.from_dict(sp_dict)
         sp.verify(self.vocab_size)
@@ -276,6 +280,7 @@ class TokenizerManager:
         if rid in self.rid_to_state:
             raise ValueError(f"Duplicate request ID detected: {rid}")
         return {**item, "input_ids": ids, "sp": sp, "stream": obj.stream, "priority": obj.priority,
+                "received_time": received,
                 "extra_key": obj.extra_key, "return_text_in_logprobs": obj.return_text_in_logprobs,
                 "log_metrics": obj.log_metrics}
 
@@ -326,7 +331,7 @@ class TokenizerManager:
     def _register(self, p: Dict[str, Any]) -> ReqState:
         if p["rid"] in self.rid_to_state:
             raise ValueError(f"Duplicate request ID detected: {p['rid']}")
-        st = ReqState(obj=p, stream=p["stream"])
+        st = ReqState(obj=p, stream=p["stream"], created_time=p.get("received_time") or time.time())
         self.rid_to_state[p["rid"]] = st
         return st
 
@@ -464,3 +469,18 @@ class TokenizerManager:
 
     def num_running(self) -> int:
         return len(self.rid_to_state)
+
+
+def _ids_only(msg: BatchTokenIDOutput) -> BatchStrOutput:
+    """A scheduler message as the detokenizer would forward it, with no text (no tokenizer)."""
+    n = len(msg.rids)
+
+    def each(lst):
+        return list(lst) if lst else [None] * n
+    return BatchStrOutput(
+        rids=msg.rids, finished_reasons=msg.finished_reasons, output_strs=[""] * n, output_ids=msg.output_ids,
+        prompt_tokens=msg.prompt_tokens, completion_tokens=msg.completion_tokens, cached_tokens=msg.cached_tokens,
+        retraction_counts=msg.retraction_counts, input_token_logprobs=each(msg.input_token_logprobs),
+        input_top_logprobs=each(msg.input_top_logprobs), output_token_logprobs=each(msg.output_token_logprobs),
+        output_top_logprobs=each(msg.output_top_logprobs), queue_times=each(msg.queue_times),
+        first_token_times=each(msg.first_token_times))
