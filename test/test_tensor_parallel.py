@@ -1,0 +1,142 @@
+"""Tensor parallelism on the CPU (gloo): TP=2 against TP=1, at the model and at the server level."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import multiprocessing as mp
+import os
+import signal
+import time
+
+import psutil
+import pytest
+import requests
+import torch
+
+from server_utils import ServerProcess, free_port, generate, stream_chunks
+
+TEXT = "The quick brown fox jumps over the lazy dog. In the beginning"
+STEPS = 12
+
+
+def _greedy_logits(path: str, tp_size: int):
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.model_executor.model_runner import ModelRunner
+    from sglang.srt.model_executor.static_batch import StaticBatch
+    from sglang.srt.server_args import ServerArgs
+    from sglang.srt.utils.hf_tokenizer import get_tokenizer
+
+    sa = ServerArgs(model_path=path, tp_size=tp_size, max_total_tokens=1024, max_running_requests=4)
+    runner = ModelRunner(ModelConfig.from_path(path), sa, "cpu", show_progress=False)
+    sb = StaticBatch(runner)
+    out = sb.prefill([get_tokenizer(path).encode(TEXT)])
+    logits, toks = [], []
+    for _ in range(STEPS):
+        logits.append(out.next_token_logits[0].clone())
+        toks.append(int(out.next_token_logits[0].argmax()))
+        out = sb.decode([toks[-1]])
+    return torch.stack(logits), toks
+
+
+def _tp_worker(rank: int, path: str, port: int, q) -> None:
+    import torch.distributed as dist
+
+    from sglang.srt.distributed.parallel_state import init_tensor_parallel
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", world_size=2, rank=rank)
+    init_tensor_parallel(rank, 2, dist.group.WORLD, dist.new_group(backend="gloo"))
+    logits, toks = _greedy_logits(path, 2)
+    if rank == 0:
+        q.put((logits.numpy(), toks))
+    dist.barrier()
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_tp2_logits_match_tp1(arch, tiny_models):
+    path = tiny_models[arch]
+    ref_logits, ref_toks = _greedy_logits(path, 1)
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_tp_worker, args=(r, path, port, q)) for r in range(2)]
+    for p in procs:
+        p.start()
+    logits, toks = q.get(timeout=180)
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    assert toks == ref_toks
+    assert torch.allclose(torch.from_numpy(logits), ref_logits, atol=1e-4, rtol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def tp_servers(tiny_models):
+    path = tiny_models["llama"]
+    one = ServerProcess(["--model-path", path, "--max-total-tokens", "4096"])
+    two = ServerProcess(["--model-path", path, "--max-total-tokens", "4096", "--tp-size", "2"])
+    yield one, two
+    one.stop()
+    two.stop()
+
+
+def test_tp2_server_matches_tp1(tp_servers):
+    one, two = tp_servers
+    prompts = [f"Request {i}: {TEXT}" for i in range(6)]
+    kw = dict(text=prompts, sampling_params={"max_new_tokens": 16, "temperature": 0}, return_logprob=True,
+              logprob_start_len=2, top_logprobs_num=2)
+    a, b = generate(one.url, **kw).json(), generate(two.url, **kw).json()
+    assert [x["output_ids"] for x in a] == [y["output_ids"] for y in b]
+    for x, y in zip(a, b):
+        for key in ("input_token_logprobs", "output_token_logprobs"):
+            for ex, ey in zip(x["meta_info"][key], y["meta_info"][key]):
+                assert ex[1] == ey[1] and (ex[0] is None or abs(ex[0] - ey[0]) < 1e-3)
+    body = {"text": prompts[0], "sampling_params": {"max_new_tokens": 16, "temperature": 0}}
+    assert stream_chunks(two.url, body)[-1]["output_ids"] == a[0]["output_ids"]
+    # seeded sampling is identical across ranks and equal to TP=1
+    sp = {"max_new_tokens": 16, "temperature": 1.0, "sampling_seed": 7}
+    assert generate(one.url, text=TEXT, sampling_params=sp).json()["output_ids"] == \
+        generate(two.url, text=TEXT, sampling_params=sp).json()["output_ids"]
+    one.check_idle_invariant()
+    two.check_idle_invariant()
+
+
+def test_tp2_abort_and_retraction(tiny_models, tp_servers):
+    one, _ = tp_servers
+    path = tiny_models["llama"]
+    tiny = ServerProcess(["--model-path", path, "--max-total-tokens", "300", "--tp-size", "2"])
+    try:
+        prompts = [f"Story number {i}: once upon a time" for i in range(12)]
+        sp = {"max_new_tokens": 40, "temperature": 0}
+        with concurrent.futures.ThreadPoolExecutor(13) as ex:
+            ref = list(ex.map(lambda p: generate(one.url, text=p, sampling_params=sp).json(), prompts))
+            futs = [ex.submit(generate, tiny.url, text=p, sampling_params=sp) for p in prompts]
+            victim = ex.submit(generate, tiny.url, text="endless", rid="tp-abort",
+                               sampling_params={"max_new_tokens": 200, "ignore_eos": True})
+            time.sleep(1.0)
+            requests.post(tiny.url + "/abort_request", json={"rid": "tp-abort"})
+            outs = [f.result().json() for f in futs]
+            assert victim.result().json()["meta_info"]["finish_reason"]["type"] == "abort"
+        assert [o["output_ids"] for o in outs] == [r["output_ids"] for r in ref]
+        assert sum(o["meta_info"]["num_retractions"] for o in outs) > 0
+        tiny.check_idle_invariant()
+    finally:
+        tiny.stop()
+
+
+def test_a_dying_rank_takes_the_server_down(tiny_models):
+    srv = ServerProcess(["--model-path", tiny_models["llama"], "--max-total-tokens", "1024", "--tp-size", "2"])
+    try:
+        pids = srv.server_info()["process_pids"]
+        os.kill(pids["scheduler-tp1"], signal.SIGKILL)
+        r = requests.post(srv.url + "/generate", json={"text": "hi", "sampling_params": {"max_new_tokens": 4}},
+                          timeout=60)
+        assert r.status_code >= 500
+        deadline = time.time() + 30
+        while srv.proc.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+        assert srv.proc.poll() is not None
+        time.sleep(1)
+        for pid in pids.values():
+            assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    finally:
+        srv.stop()
