@@ -255,6 +255,9 @@ class PortArgs:
     detokenizer_ipc_name: str
     ipc_dir: str
     nccl_port: int
+    # Data parallelism: this replica's index, and where replicas report their load to the controller.
+    dp_rank: int = 0
+    dp_load_ipc_name: Optional[str] = None
 
     @staticmethod
     def init_new(server_args: ServerArgs) -> "PortArgs":
@@ -265,7 +268,13 @@ class PortArgs:
             detokenizer_ipc_name=f"ipc://{d}/detokenizer",
             ipc_dir=d,
             nccl_port=_free_port(),
+            dp_load_ipc_name=f"ipc://{d}/dp-load" if server_args.dp_size > 1 else None,
         )
+
+    def for_replica(self, dp_rank: int) -> "PortArgs":
+        """A replica's own scheduler input and collective port; outputs still go to the shared processes."""
+        return dataclasses.replace(self, scheduler_input_ipc_name=f"ipc://{self.ipc_dir}/scheduler-dp{dp_rank}",
+                                   nccl_port=_free_port(), dp_rank=dp_rank)
 
 
 def _free_port() -> int:

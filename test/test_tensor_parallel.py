@@ -140,3 +140,25 @@ def test_a_dying_rank_takes_the_server_down(tiny_models):
             assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     finally:
         srv.stop()
+
+
+@pytest.mark.parametrize("method", ["round_robin", "total_tokens"])
+def test_data_parallel_replicas(method, tiny_models, tp_servers):
+    one, _ = tp_servers
+    srv = ServerProcess(["--model-path", tiny_models["llama"], "--max-total-tokens", "2048", "--dp-size", "2",
+                         "--load-balance-method", method])
+    try:
+        prompts = [f"Question {i}: {TEXT}" for i in range(8)]
+        sp = {"max_new_tokens": 8, "temperature": 0}
+        with concurrent.futures.ThreadPoolExecutor(8) as ex:
+            outs = list(ex.map(lambda p: generate(srv.url, text=p, sampling_params=sp).json(), prompts))
+        ref = generate(one.url, text=prompts, sampling_params=sp).json()
+        assert [o["output_ids"] for o in outs] == [r["output_ids"] for r in ref]
+        info = srv.server_info()
+        per_replica = [st["prefill_input_tokens_total"] for st in info["dp_states"]]
+        assert len(per_replica) == 2 and all(n > 0 for n in per_replica), per_replica
+        assert info["max_total_num_tokens"] == 2 * 2048
+        assert requests.post(srv.url + "/flush_cache").status_code == 200
+        srv.check_idle_invariant()
+    finally:
+        srv.stop()

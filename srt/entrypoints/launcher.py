@@ -97,14 +97,25 @@ def launch_subprocesses(server_args: ServerArgs) -> Runtime:
     try:
         per_node = server_args.tp_size // server_args.nnodes
         first = server_args.node_rank * per_node
-        for rank in range(first, first + per_node):
-            reader, writer = ctx.Pipe(duplex=False)
-            gpu = server_args.base_gpu_id + rank - first
-            p = ctx.Process(target=run_scheduler_process, args=(server_args, port_args, gpu, rank, writer),
-                            name=f"scheduler-tp{rank}", daemon=True)
-            p.start()
-            procs.append(p)
-            readers.append(reader)
+        dp = server_args.dp_size
+        replicas = [port_args.for_replica(i) for i in range(dp)] if dp > 1 else [port_args]
+        for dp_rank, rep in enumerate(replicas):
+            for rank in range(first, first + per_node):
+                reader, writer = ctx.Pipe(duplex=False)
+                gpu = server_args.base_gpu_id + dp_rank * per_node + rank - first
+                name = f"scheduler-dp{dp_rank}-tp{rank}" if dp > 1 else f"scheduler-tp{rank}"
+                p = ctx.Process(target=run_scheduler_process, args=(server_args, rep, gpu, rank, writer),
+                                name=name, daemon=True)
+                p.start()
+                procs.append(p)
+                readers.append(reader)
+        if dp > 1:
+            from sglang.srt.managers.data_parallel_controller import run_data_parallel_controller
+
+            c = ctx.Process(target=run_data_parallel_controller, args=(server_args, port_args, replicas),
+                            name="dp-controller", daemon=True)
+            c.start()
+            procs.append(c)
         if not server_args.skip_tokenizer_init and server_args.node_rank == 0:
             d = ctx.Process(target=run_detokenizer_process, args=(server_args, port_args), name="detokenizer",
                             daemon=True)

@@ -66,6 +66,14 @@ class SchedulerMetrics:
 
 
 @dataclass
+class DPLoad:
+    """A data-parallel replica's load, reported to the controller for total_tokens balancing."""
+    dp_rank: int
+    used_tokens: int
+    num_reqs: int
+
+
+@dataclass
 class HealthCheckOutput:
     """Sent by the scheduler for every health-check generate so /health_generate can answer."""
     rid: str

@@ -27,7 +27,7 @@ import zmq
 from sglang.srt.configs.model_config import ModelConfig
 from sglang.srt.distributed.init import init_distributed
 from sglang.srt.distributed.parallel_state import tp_min_int
-from sglang.srt.managers.io_struct import SchedulerReady
+from sglang.srt.managers.io_struct import DPLoad, SchedulerReady
 from sglang.srt.managers.invariant_checker import InvariantChecker
 from sglang.srt.managers.overlap import BatchLauncher, FutureMap, PendingResult
 from sglang.srt.managers.req import FinishAbort, Req
@@ -40,7 +40,7 @@ from sglang.srt.mem_cache.common import release_kv_cache
 from sglang.srt.model_executor.model_runner import ModelRunner, default_chunked_prefill_size
 from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
 from sglang.srt.server_args import PortArgs, ServerArgs
-from sglang.srt.utils.ipc import make_socket
+from sglang.srt.utils.ipc import make_socket, send_obj
 
 logger = logging.getLogger(__name__)
 
@@ -117,6 +117,11 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
                 else port_args.detokenizer_ipc_name
             self.send_to_detokenizer = make_socket(self.zmq_ctx, zmq.PUSH, target, False)
             self.send_to_tokenizer = make_socket(self.zmq_ctx, zmq.PUSH, port_args.tokenizer_ipc_name, False)
+        self.dp_rank = port_args.dp_rank if port_args is not None else 0
+        self.send_load = None
+        self._last_load = None
+        if self.tp_rank == 0 and port_args is not None and port_args.dp_load_ipc_name:
+            self.send_load = make_socket(self.zmq_ctx, zmq.PUSH, port_args.dp_load_ipc_name, False)
 
     def _agree_pool_sizes(self) -> None:
         """Every rank must schedule with the same pool size: the smallest rank's bounds all."""
@@ -206,6 +211,17 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
         while not self.stop_requested:
             self.recv_and_process_requests(block=self._is_fully_idle())
             self.step()
+            if self.send_load is not None:
+                self._report_load()
+
+    def _report_load(self) -> None:
+        """Data parallelism: tell the controller how many tokens this replica holds (when it changes)."""
+        used = self.max_total_num_tokens - self.allocator.available_size() - self.tree_cache.evictable_size()
+        load = (used, len(self.rid_to_req))
+        if load != self._last_load:
+            self._last_load = load
+            send_obj(self.send_load, DPLoad(self.dp_rank, used, len(self.rid_to_req)),
+                     self.server_args.ipc_serializer)
 
     def step(self) -> None:
         """One iteration after intake: the plain or the overlap schedule."""

@@ -196,6 +196,7 @@ class SchedulerInputMixin:
 
     def internal_state(self) -> dict:
         return {
+            "dp_rank": self.dp_rank,
             "max_total_num_tokens": self.max_total_num_tokens,
             "max_running_requests": self.max_running_requests,
             "context_len": self.context_len,

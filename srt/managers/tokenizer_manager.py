@@ -444,18 +444,30 @@ class TokenizerManager:
         self.num_aborted += 1
         await self._send(AbortReq(rid=rid, abort_all=abort_all))
 
-    async def _control(self, req: Any, reply_type: type, timeout: float = 30.0) -> Any:
-        fut = asyncio.get_running_loop().create_future()
-        self._control_waiters.setdefault(reply_type, []).append(fut)
+    async def _control(self, req: Any, reply_type: type, timeout: float = 30.0) -> List[Any]:
+        """Send a control message; every data-parallel replica answers once."""
+        loop = asyncio.get_running_loop()
+        futs = [loop.create_future() for _ in range(self.server_args.dp_size)]
+        self._control_waiters.setdefault(reply_type, []).extend(futs)
         await self._send(req)
-        return await asyncio.wait_for(fut, timeout)
+        return list(await asyncio.wait_for(asyncio.gather(*futs), timeout))
 
     async def flush_cache(self) -> FlushCacheReqOutput:
-        return await self._control(FlushCacheReqInput(), FlushCacheReqOutput)
+        outs = await self._control(FlushCacheReqInput(), FlushCacheReqOutput)
+        ok = all(o.success for o in outs)
+        return FlushCacheReqOutput(ok, next((o.message for o in outs if o.success != ok), outs[0].message))
 
     async def get_internal_state(self) -> Dict[str, Any]:
-        out = await self._control(GetInternalStateReq(), GetInternalStateReqOutput)
-        return out.state
+        states = [o.state for o in await self._control(GetInternalStateReq(), GetInternalStateReqOutput)]
+        if len(states) == 1:
+            return states[0]
+        merged = dict(states[0])
+        for key in ("num_running_reqs", "num_waiting_reqs", "available_tokens", "evictable_tokens",
+                    "protected_tokens", "prefill_input_tokens_total", "prefill_cached_tokens_total",
+                    "num_retractions_total", "num_decode_steps", "max_total_num_tokens", "last_gen_throughput"):
+            merged[key] = sum(st[key] for st in states)
+        merged["dp_states"] = sorted(states, key=lambda st: st["dp_rank"])
+        return merged
 
     async def close(self) -> None:
         if self._loop_task is not None:
