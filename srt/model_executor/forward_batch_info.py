@@ -72,11 +72,15 @@ class ForwardBatch:
     attn_backend: Any = None
     # Set by the CUDA-graph runner when padding the batch.
     num_padded: int = 0
+    # Decode: the device block [positions; req_pool_indices; seq_lens; out_cache_loc] ([4, bs] int64)
+    # that those four fields are views of, so the graph runner copies it in one go.
+    decode_packed: Optional[torch.Tensor] = None
 
 
 def build_extend_batch(input_ids: list, prefix_lens: list, extend_lens: list, rows: list, out_cache_loc: torch.Tensor,
                        device: str, mode: ForwardMode = ForwardMode.EXTEND) -> ForwardBatch:
-    """An EXTEND (or MIXED) ForwardBatch from host lists; one host-to-device copy per tensor."""
+    """An EXTEND (or MIXED) ForwardBatch from host lists; every per-token and per-request index array
+    travels in one packed host-to-device copy."""
     bs = len(rows)
     seq_lens = [p + e for p, e in zip(prefix_lens, extend_lens)]
     positions = torch.cat([torch.arange(p, p + e, dtype=torch.int64) for p, e in zip(prefix_lens, extend_lens)]) \
@@ -85,20 +89,24 @@ def build_extend_batch(input_ids: list, prefix_lens: list, extend_lens: list, ro
     for i in range(1, bs):
         starts[i] = starts[i - 1] + extend_lens[i - 1]
     seq_lens_cpu = torch.tensor(seq_lens, dtype=torch.int64)
+    ids, pos, rows_d, seq_d, loc, ext_d, pre_d, start_d = to_device_packed(
+        [torch.tensor(input_ids, dtype=torch.int64), positions, torch.tensor(rows, dtype=torch.int64), seq_lens_cpu,
+         out_cache_loc, torch.tensor(extend_lens, dtype=torch.int64), torch.tensor(prefix_lens, dtype=torch.int64),
+         torch.tensor(starts, dtype=torch.int64)], device)
     return ForwardBatch(
         forward_mode=mode,
         batch_size=bs,
-        input_ids=_to(torch.tensor(input_ids, dtype=torch.int64), device),
-        positions=_to(positions, device),
-        req_pool_indices=_to(torch.tensor(rows, dtype=torch.int64), device),
-        seq_lens=_to(seq_lens_cpu, device),
-        out_cache_loc=_to(out_cache_loc, device),
+        input_ids=ids,
+        positions=pos,
+        req_pool_indices=rows_d,
+        seq_lens=seq_d,
+        out_cache_loc=loc,
         seq_lens_cpu=seq_lens_cpu,
         seq_lens_sum=sum(seq_lens),
         extend_num_tokens=sum(extend_lens),
-        extend_seq_lens=_to(torch.tensor(extend_lens, dtype=torch.int64), device),
-        extend_prefix_lens=_to(torch.tensor(prefix_lens, dtype=torch.int64), device),
-        extend_start_loc=_to(torch.tensor(starts, dtype=torch.int64), device),
+        extend_seq_lens=ext_d,
+        extend_prefix_lens=pre_d,
+        extend_start_loc=start_d,
         extend_seq_lens_cpu=list(extend_lens),
         extend_prefix_lens_cpu=list(prefix_lens),
         max_extend_len=max(extend_lens) if bs else 0,
@@ -107,22 +115,55 @@ def build_extend_batch(input_ids: list, prefix_lens: list, extend_lens: list, ro
 
 def build_decode_batch(input_ids: torch.Tensor, seq_lens: list, rows: list, out_cache_loc: torch.Tensor,
                        device: str) -> ForwardBatch:
-    """A DECODE ForwardBatch; seq_lens include the token being decoded. input_ids may already be on device."""
+    """A DECODE ForwardBatch; seq_lens include the token being decoded. input_ids may already be on device.
+
+    positions, rows, seq_lens and slots go to the device as one [4, bs] int64 block (one copy); the
+    CUDA-graph runner copies that block into its static buffers with one more copy."""
     seq_lens_cpu = torch.tensor(seq_lens, dtype=torch.int64)
+    cols = [seq_lens_cpu - 1, torch.tensor(rows, dtype=torch.int64), seq_lens_cpu]
+    loc_on_host = out_cache_loc.device.type == "cpu"
+    if loc_on_host:
+        cols.append(out_cache_loc.to(torch.int64))
+    dev = _to(torch.stack(cols), device)
     return ForwardBatch(
         forward_mode=ForwardMode.DECODE,
         batch_size=len(rows),
         input_ids=_to(input_ids, device),
-        positions=_to(seq_lens_cpu - 1, device),
-        req_pool_indices=_to(torch.tensor(rows, dtype=torch.int64), device),
-        seq_lens=_to(seq_lens_cpu, device),
-        out_cache_loc=_to(out_cache_loc, device),
+        positions=dev[0],
+        req_pool_indices=dev[1],
+        seq_lens=dev[2],
+        out_cache_loc=dev[3] if loc_on_host else out_cache_loc,
         seq_lens_cpu=seq_lens_cpu,
         seq_lens_sum=sum(seq_lens),
+        decode_packed=dev if loc_on_host else None,
     )
 
 
+def to_device_packed(tensors: List[torch.Tensor], device: str) -> List[torch.Tensor]:
+    """Move several small int64 host tensors to `device` with one pinned copy; returns device views
+    in the same order (tensors already on the device are passed through untouched)."""
+    dev_type = torch.device(device).type
+    host = [t for t in tensors if t.device.type != dev_type]
+    if not host or dev_type == "cpu":
+        return list(tensors)
+    flat = torch.cat([t.reshape(-1).to(torch.int64) for t in host])
+    moved = _to(flat, device)
+    out, off = [], 0
+    for t in tensors:
+        if t.device.type == dev_type:
+            out.append(t)
+            continue
+        n = t.numel()
+        out.append(moved[off:off + n].view(t.shape))
+        off += n
+    return out
+
+
 def _to(t: torch.Tensor, device: str) -> torch.Tensor:
+    """Host -> device without a host sync: a pinned copy (the caching host allocator recycles the
+    pinned block once the copy's stream has passed it), non-blocking."""
     if t.device.type == torch.device(device).type:
         return t
-    return t.pin_memory().to(device, non_blocking=True) if t.numel() > 0 else t.to(device)
+    if t.numel() == 0:
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)

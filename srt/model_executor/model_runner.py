@@ -59,12 +59,19 @@ class ModelRunner:
         self.max_running_requests = self.sizes.max_running_requests
         self._init_pools()
         self.attn_backend = self._make_attn_backend()
-        self._bind_fused_ops()
+        self.fused_ops = self._bind_fused_ops()
         self.graph_runner = None
         if device == "cuda" and not server_args.disable_cuda_graph and self.attn_backend.supports_cuda_graph:
             from sglang.srt.model_executor.cuda_graph_runner import CudaGraphRunner
 
             self.graph_runner = CudaGraphRunner(self)
+        # What is left for activations once weights, pools and graphs are in place (the startup line).
+        self.sizes.available_mem_gb = self._free_memory() / GB
+        if device == "cuda":
+            logger.info(
+                "KV pool: max_total_num_tokens=%d (%s, %d B/token), weights %.2f GB, mem_fraction_static=%.3f, "
+                "available_gpu_mem=%.2f GB", self.max_total_num_tokens, str(self.kv_dtype).replace("torch.", ""),
+                self.cell_size(), self.weight_bytes() / GB, self.mem_fraction, self.sizes.available_mem_gb)
 
     # ------------------------------------------------------------------ memory
     def _free_memory(self) -> int:
@@ -86,16 +93,22 @@ class ModelRunner:
         return MHATokenToKVPool.bytes_per_token(cfg.kv_heads_per_rank(self.tp_size), cfg.head_dim,
                                                 cfg.num_hidden_layers, self.kv_dtype)
 
+    def weight_bytes(self) -> int:
+        return sum(p.numel() * p.element_size() for p in self.model.parameters())
+
     def _size_pools(self) -> PoolSizes:
         sa = self.server_args
         post_free = self._free_memory()
         if self.device == "cuda":
+            # mem_fraction_static = (weights + KV pool) / device memory: the KV pool gets what is free
+            # after loading minus the reserve (1 - fraction) x total kept for activations and graphs.
             total = torch.cuda.get_device_properties(self.gpu_id).total_memory
             frac = sa.mem_fraction_static or default_mem_fraction(total, sa)
             rest = post_free - total * (1 - frac)
         else:
             frac = sa.mem_fraction_static or CPU_DEFAULT_KV_FRACTION
             rest = post_free * frac
+        self.mem_fraction = frac
         tokens = int(max(rest, 0) // self.cell_size())
         if sa.max_total_tokens is not None:
             tokens = sa.max_total_tokens if self.device == "cpu" else min(tokens, sa.max_total_tokens)
@@ -144,17 +157,21 @@ class ModelRunner:
             return FlashInferAttnBackend(self)
         raise ValueError(f"unknown attention backend {name}")
 
-    def _bind_fused_ops(self) -> None:
+    def _bind_fused_ops(self) -> Optional[dict]:
+        """Triton (or sgl-kernel) RMSNorm, SiLU-and-mul and rotary on CUDA; the torch code stays on the CPU."""
         if self.device != "cuda":
-            return
+            return None
         try:
             from sglang.srt.layers.fused_ops_binding import bind_fused_ops
-        except ImportError:
-            return
-        bind_fused_ops()
+        except ImportError as e:
+            logger.warning("fused ops unavailable, using torch: %s", e)
+            return None
+        return bind_fused_ops()
 
     # ------------------------------------------------------------------ forward
     def forward(self, fb: ForwardBatch) -> LogitsProcessorOutput:
+        """Logits of the batch. A decode batch that fits a captured CUDA graph replays it; its logits
+        are then a view of the graph's output buffer, valid until the next forward."""
         fb.req_to_token_pool = self.req_to_token_pool
         fb.token_to_kv_pool = self.token_to_kv_pool
         fb.attn_backend = self.attn_backend
@@ -179,9 +196,10 @@ def default_mem_fraction(total_bytes: int, sa: ServerArgs) -> float:
 
 
 def default_chunked_prefill_size(device_mem_gb: Optional[float]) -> int:
+    """The guide's table: 2048 under 20 GB, 4096 up to 60 GB, 8192 up to 160 GB, 16384 above."""
     if device_mem_gb is None:
         return 2048  # CPU: keep each prefill step short so decode stays responsive
-    if device_mem_gb < 35:
+    if device_mem_gb < 20:
         return 2048
     if device_mem_gb < 60:
         return 4096

@@ -6,7 +6,7 @@ the way the radix cache would.
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List, Optional, Union
 
 import torch
 
@@ -21,10 +21,12 @@ class StaticBatch:
         self.rows: List[int] = []
         self.lens: List[int] = []
 
-    def prefill(self, prompts: List[List[int]], shared_prefix: Optional[List[int]] = None
-                ) -> LogitsProcessorOutput:
+    def prefill(self, prompts: List[List[int]], shared_prefix: Optional[List[int]] = None,
+                max_tokens_per_pass: Optional[int] = None) -> LogitsProcessorOutput:
         """Prefill each prompt. shared_prefix[i] = index j < i whose first tokens request i reuses
-        (the longest common prefix, capped at len-1), or -1."""
+        (the longest common prefix, capped at len-1), or -1. With max_tokens_per_pass, requests are
+        run in consecutive groups of at most that many new tokens (at least one request each), the
+        way the scheduler's max_prefill_tokens would split them; the logits are concatenated."""
         r = self.runner
         rows = r.req_to_token_pool.alloc(len(prompts))
         assert rows is not None, "not enough request rows"
@@ -42,20 +44,30 @@ class StaticBatch:
             r.req_to_token_pool.write(rows[i], plen, loc)
             prefix_lens.append(plen)
             extend_lens.append(ext)
-            extend_ids.extend(p[plen:])
+            extend_ids.append(p[plen:])
             locs.append(loc)
-        fb = build_extend_batch(extend_ids, prefix_lens, extend_lens, rows, torch.cat(locs), r.device)
         self.rows, self.lens = rows, [len(p) for p in prompts]
-        return r.forward(fb)
+        outs = []
+        for lo, hi in _groups(extend_lens, max_tokens_per_pass):
+            fb = build_extend_batch([t for ids in extend_ids[lo:hi] for t in ids], prefix_lens[lo:hi],
+                                    extend_lens[lo:hi], rows[lo:hi], torch.cat(locs[lo:hi]), r.device)
+            outs.append(r.forward(fb))
+        if len(outs) == 1:
+            return outs[0]
+        return LogitsProcessorOutput(next_token_logits=torch.cat([o.next_token_logits for o in outs]))
 
-    def decode(self, next_ids: List[int]) -> LogitsProcessorOutput:
+    def decode(self, next_ids: Union[List[int], torch.Tensor]) -> LogitsProcessorOutput:
+        """One decode step. next_ids may be a device tensor (e.g. the sampler's output), so a benchmark
+        loop never waits for the host. Under CUDA graphs the returned logits are valid until the next
+        forward."""
         r = self.runner
         loc = r.token_to_kv_pool_allocator.alloc(len(self.rows))
         assert loc is not None, "KV pool exhausted"
-        for row, ln, slot in zip(self.rows, self.lens, loc):
-            r.req_to_token_pool.write(row, ln, slot.view(1))
+        r.req_to_token_pool.write_batch(torch.tensor(self.rows, dtype=torch.int64),
+                                        torch.tensor(self.lens, dtype=torch.int64), loc)
         self.lens = [x + 1 for x in self.lens]
-        fb = build_decode_batch(torch.tensor(next_ids, dtype=torch.int64), self.lens, self.rows, loc, r.device)
+        ids = next_ids if isinstance(next_ids, torch.Tensor) else torch.tensor(next_ids, dtype=torch.int64)
+        fb = build_decode_batch(ids, self.lens, self.rows, loc, r.device)
         return r.forward(fb)
 
     def release(self) -> None:
@@ -72,3 +84,17 @@ def _common_prefix(a: List[int], b: List[int], cap: int) -> int:
             break
         n += 1
     return n
+
+
+def _groups(lens: List[int], cap: Optional[int]) -> List[tuple]:
+    """Consecutive [lo, hi) index ranges whose sums stay <= cap (a single longer item forms its own)."""
+    if not cap:
+        return [(0, len(lens))]
+    out, lo, tot = [], 0, 0
+    for i, n in enumerate(lens):
+        if i > lo and tot + n > cap:
+            out.append((lo, i))
+            lo, tot = i, 0
+        tot += n
+    out.append((lo, len(lens)))
+    return out

@@ -30,6 +30,11 @@ class AttentionBackend:
         raise NotImplementedError
 
     # ---- CUDA graphs (decode) ----
+    # The graph runner calls init_cuda_graph_state once, then for each captured batch size the
+    # capture hook INSIDE the capture (device work it queues is replayed with the graph), and before
+    # each replay the replay hook with the padded static buffers (host-side work, or device work that
+    # must not be in the graph). Padded rows have req_pool_indices 0 and seq_lens equal to
+    # get_cuda_graph_seq_len_fill_value(), reading the dummy row / slot 0.
     supports_cuda_graph = False
 
     def init_cuda_graph_state(self, max_bs: int) -> None:

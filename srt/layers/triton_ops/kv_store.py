@@ -1,7 +1,8 @@
 """Scatter of one layer's new K/V rows into the token-slot pool: buffer[loc[i]] = row i.
 
 The Triton kernel copies one token's K and V rows per program and casts to the buffer dtype on the
-way; store_kv_ref (index_put) is the twin and may be just as fast (measure before choosing).
+way (an fp8 pool stores K / k_scale and V / v_scale); store_kv_ref (index_put) is the twin and may
+be just as fast (measure before choosing).
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ import triton.language as tl
 
 @triton.jit
 def _store_kv_kernel(KBuf, VBuf, Loc, K, V, stride_kbt, stride_kbh, stride_vbt, stride_vbh,
-                     stride_kt, stride_kh, stride_vt, stride_vh,
+                     stride_kt, stride_kh, stride_vt, stride_vh, inv_k_scale, inv_v_scale,
                      H: tl.constexpr, D: tl.constexpr, DV: tl.constexpr,
-                     BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
+                     BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+                     SCALED: tl.constexpr):
     i = tl.program_id(0).to(tl.int64)
     slot = tl.load(Loc + i).to(tl.int64)
     offs_h = tl.arange(0, BLOCK_H)
@@ -23,18 +25,23 @@ def _store_kv_kernel(KBuf, VBuf, Loc, K, V, stride_kbt, stride_kbh, stride_vbt, 
     offs_dv = tl.arange(0, BLOCK_DV)
     mk = (offs_h[:, None] < H) & (offs_d[None, :] < D)
     k = tl.load(K + i * stride_kt + offs_h[:, None] * stride_kh + offs_d[None, :], mask=mk)
+    if SCALED:  # fp8 pools: quantise through fp32 (x / scale)
+        k = k.to(tl.float32) * inv_k_scale
     tl.store(KBuf + slot * stride_kbt + offs_h[:, None] * stride_kbh + offs_d[None, :],
              k.to(KBuf.dtype.element_ty), mask=mk)
     mv = (offs_h[:, None] < H) & (offs_dv[None, :] < DV)
     v = tl.load(V + i * stride_vt + offs_h[:, None] * stride_vh + offs_dv[None, :], mask=mv)
+    if SCALED:
+        v = v.to(tl.float32) * inv_v_scale
     tl.store(VBuf + slot * stride_vbt + offs_h[:, None] * stride_vbh + offs_dv[None, :],
              v.to(VBuf.dtype.element_ty), mask=mv)
 
 
 def store_kv(k_buffer: torch.Tensor, v_buffer: torch.Tensor, loc: torch.Tensor, k: torch.Tensor,
-             v: torch.Tensor) -> None:
-    """k_buffer[loc] = k; v_buffer[loc] = v. k [N, H_kv, D], v [N, H_kv, Dv] (strided rows allowed,
-    last dim contiguous); loc [N] int slot ids. Duplicate slots give an unspecified winner."""
+             v: torch.Tensor, k_scale: float = 1.0, v_scale: float = 1.0) -> None:
+    """k_buffer[loc] = k / k_scale; v_buffer[loc] = v / v_scale (cast to the buffer dtype).
+    k [N, H_kv, D], v [N, H_kv, Dv] (strided rows allowed, last dim contiguous); loc [N] int slot
+    ids. Duplicate slots give an unspecified winner."""
     n, h, d = k.shape
     dv = v.shape[2]
     assert loc.shape == (n,) and v.shape[:2] == (n, h)
@@ -46,11 +53,17 @@ def store_kv(k_buffer: torch.Tensor, v_buffer: torch.Tensor, loc: torch.Tensor, 
     _store_kv_kernel[(n,)](
         k_buffer, v_buffer, loc, k, v, k_buffer.stride(0), k_buffer.stride(1),
         v_buffer.stride(0), v_buffer.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        1.0 / k_scale, 1.0 / v_scale,
         H=h, D=d, DV=dv, BLOCK_H=triton.next_power_of_2(h), BLOCK_D=triton.next_power_of_2(d),
-        BLOCK_DV=triton.next_power_of_2(dv), num_warps=4 if k.is_cuda else 1)
+        # fp8 destinations always go through fp32 (a direct bf16 -> fp8 cast is not on every target).
+        BLOCK_DV=triton.next_power_of_2(dv),
+        SCALED=k_scale != 1.0 or v_scale != 1.0 or k_buffer.element_size() == 1 or v_buffer.element_size() == 1,
+        num_warps=4 if k.is_cuda else 1)
 
 
 def store_kv_ref(k_buffer: torch.Tensor, v_buffer: torch.Tensor, loc: torch.Tensor, k: torch.Tensor,
-                 v: torch.Tensor) -> None:
+                 v: torch.Tensor, k_scale: float = 1.0, v_scale: float = 1.0) -> None:
+    if k_scale != 1.0 or v_scale != 1.0:
+        k, v = k.float() / k_scale, v.float() / v_scale
     k_buffer[loc] = k.to(k_buffer.dtype)
     v_buffer[loc] = v.to(v_buffer.dtype)

@@ -59,7 +59,7 @@ def _decode_stage1_grouped(
     GROUP: tl.constexpr, BLOCKS_PER_KV: tl.constexpr, MAX_SPLITS: tl.constexpr,
     D: tl.constexpr, DV: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    HAS_CAP: tl.constexpr, SLOT_INT64: tl.constexpr,
+    HAS_CAP: tl.constexpr, SLOT_INT64: tl.constexpr, DOT_PREC: tl.constexpr,
 ):
     """One program = (request, block of query heads sharing one kv head, split): K/V read once."""
     b = tl.program_id(0)
@@ -97,7 +97,7 @@ def _decode_stage1_grouped(
             # K^T tile [BLOCK_D, BLOCK_N]; masked lanes are never dereferenced (slot 0 may hold junk).
             k = tl.load(k_base + slot[None, :] * stride_kt + offs_d[:, None],
                         mask=mask_d[:, None] & mask_n[None, :], other=0.0)
-            qk = tl.dot(q, k.to(q.dtype)) * sm_scale
+            qk = tl.dot(q, k.to(q.dtype), input_precision=DOT_PREC) * sm_scale
             qk = _soft_cap(qk, logit_cap, HAS_CAP)
             # log2 domain (x log2(e)) so the softmax uses exp2; masked positions get -inf.
             qk = tl.where(mask_n[None, :], qk * 1.4426950408889634, float("-inf"))
@@ -107,7 +107,7 @@ def _decode_stage1_grouped(
             l_i = l_i * alpha + tl.sum(p, 1)
             v = tl.load(v_base + slot[:, None] * stride_vt + offs_dv[None, :],
                         mask=mask_n[:, None] & mask_dv[None, :], other=0.0)
-            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype))
+            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype), input_precision=DOT_PREC)
             m_i = m_new
         # Every row saw at least one unmasked position (start < end), so l_i > 0.
         out = acc / l_i[:, None]
@@ -174,7 +174,7 @@ def _decode_stage1_per_head(
 
 @triton.jit
 def _decode_stage2(
-    Mid, MidLse, O, SeqLens, NumSplits,
+    Mid, MidLse, O, SeqLens, NumSplits, v_scale,
     stride_mb, stride_mh, stride_ms, stride_lb, stride_lh, stride_ob, stride_oh,
     MAX_SPLITS: tl.constexpr, DV: tl.constexpr, BLOCK_DV: tl.constexpr,
 ):
@@ -202,7 +202,8 @@ def _decode_stage2(
         acc = acc * rescale + w * o_s
         e_sum = e_sum * rescale + w
         e_max = new_max
-    out = acc / tl.where(e_sum > 0.0, e_sum, 1.0)  # e_sum >= 1 unless no split was written
+    # e_sum >= 1 unless no split was written. v_scale dequantises an fp8 V pool: sum_j p_j (s v_j) = s sum_j p_j v_j.
+    out = acc * (v_scale / tl.where(e_sum > 0.0, e_sum, 1.0))
     tl.store(O + b * stride_ob + h * stride_oh + offs_dv, out.to(O.dtype.element_ty), mask=mask_dv)
 
 
@@ -218,6 +219,12 @@ def _stage1_config(block_d: int, grouped: bool, on_cuda: bool) -> dict:
     if grouped:
         return dict(BLOCK_N=64 if block_d <= 128 else 32, num_warps=4, num_stages=2)
     return dict(BLOCK_N=64 if block_d <= 128 else 32, num_warps=4, num_stages=1)
+
+
+def _dot_precision(dtype: torch.dtype) -> str:
+    """fp32 models get IEEE fp32 dots (Triton's default for fp32 is tf32, ~1e-3 relative error,
+    which would flip greedy near-ties against the CPU path); half types ignore it."""
+    return "ieee" if dtype == torch.float32 else "tf32"
 
 
 def decode_head_programs(num_heads: int, num_kv_heads: int, grouped: Optional[bool] = None) -> int:
@@ -279,6 +286,8 @@ def decode_attention_fwd(
     logit_cap: float = 0.0,
     grouped: Optional[bool] = None,
     config: Optional[dict] = None,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
 ) -> None:
     """Decode attention; writes o [bs, H, Dv] in place.
 
@@ -288,6 +297,9 @@ def decode_attention_fwd(
     fp32 workspaces; num_kv_splits [bs] int32 (see compute_num_kv_splits). `grouped` forces or
     forbids the GQA head-block kernel (default: grouped when H > H_kv); `config` overrides the
     stage-1 launch config (BLOCK_N, num_warps, num_stages) for tuning sweeps.
+    k_buffer / v_buffer may be float8_e4m3fn holding K / k_scale and V / v_scale: tiles are widened
+    to q's dtype in registers, k_scale is folded into the logit scale and v_scale into the merge, so
+    no dequantised copy of the pool is ever made.
     """
     bs, num_heads, head_dim = q.shape
     num_kv_heads = k_buffer.shape[1]
@@ -310,7 +322,7 @@ def decode_attention_fwd(
     slot_int64 = max(k_buffer.shape[0] * k_buffer.stride(0), v_buffer.shape[0] * v_buffer.stride(0)) >= 2**31
     common = (
         q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, num_kv_splits,
-        attn_logits, attn_lse, sm_scale, logit_cap,
+        attn_logits, attn_lse, sm_scale * k_scale, logit_cap,
         q.stride(0), q.stride(1), k_buffer.stride(0), k_buffer.stride(1),
         v_buffer.stride(0), v_buffer.stride(1), req_to_token.stride(0),
         attn_logits.stride(0), attn_logits.stride(1), attn_logits.stride(2),
@@ -322,7 +334,7 @@ def decode_attention_fwd(
         _decode_stage1_grouped[grid](
             *common, GROUP=group, BLOCKS_PER_KV=blocks_per_kv, MAX_SPLITS=max_kv_splits,
             D=head_dim, DV=v_dim, BLOCK_H=_GROUP_BLOCK_H, BLOCK_N=cfg["BLOCK_N"], BLOCK_D=block_d,
-            BLOCK_DV=block_dv, HAS_CAP=logit_cap > 0, SLOT_INT64=slot_int64,
+            BLOCK_DV=block_dv, HAS_CAP=logit_cap > 0, SLOT_INT64=slot_int64, DOT_PREC=_dot_precision(q.dtype),
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         )
     else:
@@ -333,7 +345,7 @@ def decode_attention_fwd(
             SLOT_INT64=slot_int64, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         )
     _decode_stage2[(bs, num_heads)](
-        attn_logits, attn_lse, o, seq_lens, num_kv_splits,
+        attn_logits, attn_lse, o, seq_lens, num_kv_splits, v_scale,
         attn_logits.stride(0), attn_logits.stride(1), attn_logits.stride(2),
         attn_lse.stride(0), attn_lse.stride(1), o.stride(0), o.stride(1),
         MAX_SPLITS=max_kv_splits, DV=v_dim, BLOCK_DV=block_dv,
@@ -350,6 +362,8 @@ def decode_attention_ref(
     seq_lens: torch.Tensor,
     sm_scale: float,
     logit_cap: float = 0.0,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
 ) -> torch.Tensor:
     """Torch twin of decode_attention_fwd, computed in fp32; returns [bs, H, Dv] float32.
 
@@ -365,8 +379,8 @@ def decode_attention_ref(
         if n == 0:
             continue
         slots = req_to_token[rows[i], :n].long()
-        k = k_buffer[slots].float().repeat_interleave(group, dim=1)  # [n, H, D]
-        v = v_buffer[slots].float().repeat_interleave(group, dim=1)
+        k = k_buffer[slots].float().repeat_interleave(group, dim=1) * k_scale  # [n, H, D]
+        v = v_buffer[slots].float().repeat_interleave(group, dim=1) * v_scale
         s = torch.einsum("hd,nhd->hn", q[i].float(), k) * sm_scale
         if logit_cap > 0:
             s = logit_cap * torch.tanh(s / logit_cap)

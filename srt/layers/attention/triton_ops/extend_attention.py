@@ -29,26 +29,30 @@ def _soft_cap(x, logit_cap, HAS_CAP: tl.constexpr):
 
 
 @triton.jit
-def _online_softmax_step(qk, v, m_i, l_i, acc, dot_dtype: tl.constexpr):
+def _online_softmax_step(qk, v, m_i, l_i, acc, dot_dtype: tl.constexpr, v_mul, SCALE_V: tl.constexpr,
+                         DOT_PREC: tl.constexpr):
     """Fold one tile of log2-domain logits qk [M, N] (masked entries = -inf) and V [N, DV] into the
     running (max, sum, acc). Rows keep a finite max (they start at -1e30), so no -inf - -inf."""
     m_new = tl.maximum(m_i, tl.max(qk, 1))
     alpha = tl.exp2(m_i - m_new)
     p = tl.exp2(qk - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None] + tl.dot(p.to(dot_dtype), v.to(dot_dtype))
+    pv = tl.dot(p.to(dot_dtype), v.to(dot_dtype), input_precision=DOT_PREC)
+    if SCALE_V:  # an fp8 pool holds V / v_scale
+        pv = pv * v_mul
+    acc = acc * alpha[:, None] + pv
     return m_new, l_i, acc
 
 
 @triton.jit
 def _extend_attention_kernel(
     Q, KExt, VExt, O, KBuf, VBuf, ReqToToken, ReqPoolIdx, SeqLens, ExtLens, ExtStart,
-    sm_scale, logit_cap,
+    sm_scale, logit_cap, prefix_k_scale, prefix_v_scale,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
     stride_kbt, stride_kbh, stride_vbt, stride_vbh, stride_rt,
     NUM_M_BLOCKS, GROUP: tl.constexpr, D: tl.constexpr, DV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    HAS_CAP: tl.constexpr, SLOT_INT64: tl.constexpr,
+    HAS_CAP: tl.constexpr, SLOT_INT64: tl.constexpr, SCALED_PREFIX: tl.constexpr, DOT_PREC: tl.constexpr,
 ):
     h = tl.program_id(0)
     # Last query blocks see the most keys: launch them first so the tail of the grid is short.
@@ -94,23 +98,25 @@ def _extend_attention_kernel(
                 slot = slot.to(tl.int64)
             k = tl.load(kb_base + slot[None, :] * stride_kbt + offs_d[:, None],
                         mask=mask_d[:, None] & mask_n[None, :], other=0.0)
-            qk = tl.dot(q, k.to(q.dtype)) * sm_scale
+            # prefix_k_scale = sm_scale * k_scale: an fp8 pool holds K / k_scale (1.0 otherwise).
+            qk = tl.dot(q, k.to(q.dtype), input_precision=DOT_PREC) * prefix_k_scale
             qk = _soft_cap(qk, logit_cap, HAS_CAP)
             # log2 domain (x log2(e)) so the softmax uses exp2; masked positions get -inf.
             qk = tl.where(mask_n[None, :], qk * 1.4426950408889634, float("-inf"))
             v = tl.load(vb_base + slot[:, None] * stride_vbt + offs_dv[None, :],
                         mask=mask_n[:, None] & mask_dv[None, :], other=0.0)
-            m_i, l_i, acc = _online_softmax_step(qk, v, m_i, l_i, acc, q.dtype)
+            m_i, l_i, acc = _online_softmax_step(qk, v, m_i, l_i, acc, q.dtype, prefix_v_scale, SCALED_PREFIX,
+                                                 DOT_PREC)
 
         # Phase 2a: new-token keys entirely below this query block: no mask at all.
         full_end = (m_start // BLOCK_N) * BLOCK_N
         for n0 in range(0, full_end, BLOCK_N):
             offs = n0 + offs_n
             k = tl.load(kx_base + offs[None, :] * stride_kt + offs_d[:, None], mask=mask_d[:, None], other=0.0)
-            qk = tl.dot(q, k.to(q.dtype)) * sm_scale
+            qk = tl.dot(q, k.to(q.dtype), input_precision=DOT_PREC) * sm_scale
             qk = _soft_cap(qk, logit_cap, HAS_CAP) * 1.4426950408889634
             v = tl.load(vx_base + offs[:, None] * stride_vt + offs_dv[None, :], mask=mask_dv[None, :], other=0.0)
-            m_i, l_i, acc = _online_softmax_step(qk, v, m_i, l_i, acc, q.dtype)
+            m_i, l_i, acc = _online_softmax_step(qk, v, m_i, l_i, acc, q.dtype, 1.0, False, DOT_PREC)
 
         # Phase 2b: the diagonal tiles, causal (key j <= query i) and clipped to the request.
         ext_end = tl.minimum(ext_len, m_start + BLOCK_M)
@@ -119,13 +125,13 @@ def _extend_attention_kernel(
             mask_n = offs < ext_end
             k = tl.load(kx_base + offs[None, :] * stride_kt + offs_d[:, None],
                         mask=mask_d[:, None] & mask_n[None, :], other=0.0)
-            qk = tl.dot(q, k.to(q.dtype)) * sm_scale
+            qk = tl.dot(q, k.to(q.dtype), input_precision=DOT_PREC) * sm_scale
             qk = _soft_cap(qk, logit_cap, HAS_CAP)
             causal = mask_n[None, :] & (offs[None, :] <= offs_m[:, None])
             qk = tl.where(causal, qk * 1.4426950408889634, float("-inf"))
             v = tl.load(vx_base + offs[:, None] * stride_vt + offs_dv[None, :],
                         mask=mask_n[:, None] & mask_dv[None, :], other=0.0)
-            m_i, l_i, acc = _online_softmax_step(qk, v, m_i, l_i, acc, q.dtype)
+            m_i, l_i, acc = _online_softmax_step(qk, v, m_i, l_i, acc, q.dtype, 1.0, False, DOT_PREC)
 
         # Valid rows always include their own key, so l_i > 0 there; padded rows are not stored.
         out = acc / l_i[:, None]
@@ -165,6 +171,8 @@ def extend_attention_fwd(
     sm_scale: float,
     logit_cap: float = 0.0,
     config: Optional[dict] = None,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
 ) -> None:
     """Prefix + causal attention for the new tokens of a batch; writes o_extend [N, H, Dv] in place.
 
@@ -172,7 +180,9 @@ def extend_attention_fwd(
     pool's layer buffers; req_to_token [rows, ctx] int32; req_pool_indices, seq_lens,
     extend_seq_lens, extend_start_loc [bs] on the device; max_len_extend a host int >= every
     extend length (it only sizes the grid). `config` overrides the launch config (BLOCK_M, BLOCK_N,
-    num_warps, num_stages) for tuning sweeps.
+    num_warps, num_stages) for tuning sweeps. k_buffer / v_buffer may be float8_e4m3fn holding
+    K / k_scale and V / v_scale: prefix tiles are widened in registers and the scales applied to the
+    logits and to P.V (new tokens come unscaled from k_extend / v_extend).
     """
     num_tokens, num_heads, head_dim = q_extend.shape
     num_kv_heads = k_extend.shape[1]
@@ -197,14 +207,16 @@ def extend_attention_fwd(
     _extend_attention_kernel[grid](
         q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, req_to_token,
         req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc,
-        sm_scale, logit_cap,
+        sm_scale, logit_cap, sm_scale * k_scale, v_scale,
         q_extend.stride(0), q_extend.stride(1), k_extend.stride(0), k_extend.stride(1),
         v_extend.stride(0), v_extend.stride(1), o_extend.stride(0), o_extend.stride(1),
         k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
         req_to_token.stride(0),
         num_m_blocks, GROUP=num_heads // num_kv_heads, D=head_dim, DV=v_dim,
         BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_D=block_d, BLOCK_DV=block_dv,
-        HAS_CAP=logit_cap > 0, SLOT_INT64=slot_int64, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        HAS_CAP=logit_cap > 0, SLOT_INT64=slot_int64, SCALED_PREFIX=v_scale != 1.0,
+        DOT_PREC="ieee" if q_extend.dtype == torch.float32 else "tf32",
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
 
 
@@ -221,6 +233,8 @@ def extend_attention_ref(
     extend_start_loc: torch.Tensor,
     sm_scale: float,
     logit_cap: float = 0.0,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
 ) -> torch.Tensor:
     """Torch twin of extend_attention_fwd in fp32; returns [N, H, Dv] float32 (per-request loop)."""
     num_tokens, num_heads, _ = q_extend.shape
@@ -232,8 +246,8 @@ def extend_attention_ref(
             continue
         p = n - e
         slots = req_to_token[row, :p].long()
-        k = torch.cat([k_buffer[slots].float(), k_extend[s:s + e].float()]).repeat_interleave(group, dim=1)
-        v = torch.cat([v_buffer[slots].float(), v_extend[s:s + e].float()]).repeat_interleave(group, dim=1)
+        k = torch.cat([k_buffer[slots].float() * k_scale, k_extend[s:s + e].float()]).repeat_interleave(group, dim=1)
+        v = torch.cat([v_buffer[slots].float() * v_scale, v_extend[s:s + e].float()]).repeat_interleave(group, dim=1)
         logits = torch.einsum("mhd,nhd->hmn", q_extend[s:s + e].float(), k) * sm_scale
         if logit_cap > 0:
             logits = logit_cap * torch.tanh(logits / logit_cap)

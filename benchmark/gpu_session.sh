@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# One GPU session for issue 9: correctness first, then the benchmarks, then one table.
+#   device run (carry .whl):  bash benchmark/gpu_session.sh
+# Logs and JSON lines go to $OUT (benchmark/out when run by hand). Every stage has its own time
+# limit so one hang cannot eat the call; the summary prints whatever finished. About 5 minutes on
+# an H200 (tests ~1.5, bench_one_batch ~1.5, offline 2 x ~0.5, kernel bench ~1).
+set -uo pipefail
+OUT=${OUT:-benchmark/out}
+mkdir -p "$OUT"
+# The wheel prelude of /work/shared/device/README.md, where the packages are missing (the GPU image).
+if ls .whl/*.whl >/dev/null 2>&1 && ! python3 -c "import fastapi, zmq, msgspec, xgrammar" >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || exit 1
+  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+fi
+# The import package `sglang` is the repository root: without an editable install, a link named
+# sglang pointing here makes it importable (spawned scheduler processes inherit PYTHONPATH).
+if ! python3 -c "import sglang.srt" >/dev/null 2>&1; then
+  mkdir -p /tmp/sgl_pkg && ln -sfn "$PWD" /tmp/sgl_pkg/sglang
+  export PYTHONPATH=/tmp/sgl_pkg:$PWD:${PYTHONPATH:-}
+fi
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+# Stages can be picked: STAGES="tests one_batch one_batch_fp8 offline kernels" (default all).
+STAGES=${STAGES:-"tests one_batch one_batch_fp8 offline kernels"}
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+# At most 8 files come back from $OUT: stages append to a few logs.
+stage() {  # log name, time limit (s), command...
+  local name=$1 limit=$2; shift 2
+  echo "=== $name (limit ${limit}s): $*" | tee -a "$OUT/$name.log"
+  local t0=$SECONDS
+  timeout --kill-after=10 "$limit" "$@" >> "$OUT/$name.log" 2>&1
+  local rc=$?
+  tail -n 25 "$OUT/$name.log"
+  echo "=== $name: rc=$rc in $((SECONDS - t0))s" | tee -a "$OUT/$name.log" "$OUT/summary.txt"
+}
+
+{ date -u; nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv
+  python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__, \
+'transformers', transformers.__version__)"; } 2>&1 | tee "$OUT/summary.txt"
+
+if has tests; then
+  stage gpu_tests 170 python3 -m pytest test/gpu -q -p no:cacheprovider --timeout=100 --durations=10 -rfE
+fi
+# SMOKE=1: the same stages on tiny shapes (a CPU check of this script, seconds).
+if [[ ${SMOKE:-0} == 1 ]]; then
+  ONE=(--model-config tiny-llama --batch-size 1 8 --input-len 32 --output-len 4 --long-prefill 64
+       --max-total-tokens 8192)
+  OFF=(--model-config tiny-qwen3 --num-prompts 16 --input-len-range 10 60 --output-len-range 5 30
+       --max-total-tokens 8192)
+else
+  ONE=(--model-config llama3-8b --batch-size 1 8 64 256 --input-len 512 --output-len 32 --long-prefill 4096)
+  OFF=(--model-config qwen3-0.6b --num-prompts 256 --input-len-range 100 1024 --output-len-range 100 1024)
+fi
+if has one_batch; then
+  stage one_batch 200 python3 benchmark/bench_one_batch.py "${ONE[@]}" --hf --hf-batch-size 1 8 --bench-sampler \
+    --result-file "$OUT/one_batch.jsonl"
+fi
+if has one_batch_fp8; then
+  # fp8 KV: bytes per token halved (pool twice the tokens), KV reads halved at large batch.
+  stage one_batch 120 python3 benchmark/bench_one_batch.py "${ONE[@]}" --kv-cache-dtype fp8_e4m3 \
+    --result-file "$OUT/one_batch.jsonl" --tag fp8_kv
+fi
+if has offline; then
+  for mode in on off; do
+    flag=()
+    [[ $mode == off ]] && flag=(--disable-overlap-schedule)
+    stage offline 110 python3 benchmark/bench_offline_throughput.py "${OFF[@]}" "${flag[@]}" \
+      --result-file "$OUT/offline.jsonl"
+  done
+fi
+if has kernels; then
+  stage bench_attention 80 python3 benchmark/kernels/bench_attention.py
+fi
+python3 benchmark/gpu_summary.py "$OUT" | tee -a "$OUT/summary.txt"

@@ -1,0 +1,147 @@
+"""TritonAttnBackend: the CUDA attention backend built on our Triton kernels (no flashinfer needed).
+
+Per pass, init_forward_metadata computes on the device what every layer shares: for decode the
+per-request KV split counts and the split-KV workspaces; for extend nothing beyond the ForwardBatch's
+own index tensors. Each layer then stores its new K/V into the pool (Triton scatter, casting to the
+pool dtype) and runs the extend or decode kernel, which read K/V through req_to_token.
+
+CUDA graphs (decode): init_cuda_graph_state preallocates the split counts and workspaces for the
+largest captured batch. The capture hook runs inside the graph capture, so its device work (the
+split counts, recomputed from the static seq_lens) is replayed with the graph; the replay hook only
+re-points the metadata at the [:bs] views and queues no device work.
+
+fp8 KV (--kv-cache-dtype fp8_e4m3): the pool stores K / k_scale and V / v_scale as float8_e4m3fn;
+store_kv divides on the way in, and the kernels widen fp8 tiles in registers and apply the scales
+to the logits and to P.V, so no dequantised copy of the pool is ever made.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional
+
+import torch
+
+from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
+from sglang.srt.layers.attention.triton_ops.decode_attention import compute_num_kv_splits, decode_attention_fwd
+from sglang.srt.layers.attention.triton_ops.extend_attention import extend_attention_fwd
+from sglang.srt.layers.triton_ops.kv_store import store_kv
+
+if TYPE_CHECKING:
+    from sglang.srt.layers.radix_attention import RadixAttention
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+
+# Most splits of one request's KV in decode. 16 lets a single long request spread over
+# 16 x kv-head programs, enough to fill an H200 at batch 1 with 8 kv heads (128 programs).
+DEFAULT_MAX_KV_SPLITS = 16
+
+
+@dataclass
+class DecodeMetadata:
+    num_kv_splits: torch.Tensor  # [bs] int32
+    attn_logits: torch.Tensor    # [bs, H, max_splits, Dv] float32 workspace
+    attn_lse: torch.Tensor       # [bs, H, max_splits] float32 workspace
+
+
+class TritonAttnBackend(AttentionBackend):
+    supports_cuda_graph = True
+
+    def __init__(self, model_runner, max_kv_splits: int = DEFAULT_MAX_KV_SPLITS, num_sms: Optional[int] = None):
+        cfg = model_runner.model_config
+        tp = getattr(model_runner, "tp_size", 1)
+        self.device = model_runner.device
+        self.num_heads = cfg.num_attention_heads // tp
+        self.num_kv_heads = cfg.kv_heads_per_rank(tp)
+        self.v_head_dim = cfg.head_dim
+        self.max_kv_splits = max_kv_splits
+        if num_sms is None:
+            num_sms = (torch.cuda.get_device_properties(model_runner.gpu_id).multi_processor_count
+                       if torch.device(self.device).type == "cuda" else 132)
+        self.num_sms = num_sms
+        self.decode_meta: Optional[DecodeMetadata] = None
+        self._graph_meta: Optional[DecodeMetadata] = None
+
+    # ------------------------------------------------------------------ per pass
+    def _new_decode_meta(self, bs: int) -> DecodeMetadata:
+        f32 = dict(dtype=torch.float32, device=self.device)
+        return DecodeMetadata(
+            num_kv_splits=torch.empty(bs, dtype=torch.int32, device=self.device),
+            attn_logits=torch.empty((bs, self.num_heads, self.max_kv_splits, self.v_head_dim), **f32),
+            attn_lse=torch.empty((bs, self.num_heads, self.max_kv_splits), **f32),
+        )
+
+    def _fill_num_kv_splits(self, seq_lens: torch.Tensor, out: torch.Tensor) -> None:
+        compute_num_kv_splits(seq_lens, self.num_heads, self.num_kv_heads, self.max_kv_splits, out=out,
+                              num_sms=self.num_sms)
+
+    def init_forward_metadata(self, forward_batch: "ForwardBatch") -> None:
+        if forward_batch.forward_mode.is_decode():
+            meta = self._new_decode_meta(forward_batch.batch_size)
+            self._fill_num_kv_splits(forward_batch.seq_lens, meta.num_kv_splits)
+            self.decode_meta = meta
+        # Extend needs only the ForwardBatch's own index tensors (and max_extend_len on the host).
+
+    # ------------------------------------------------------------------ kernels
+    @staticmethod
+    def _store(layer: "RadixAttention", forward_batch: "ForwardBatch", k: torch.Tensor, v: torch.Tensor) -> None:
+        pool = forward_batch.token_to_kv_pool
+        lid = layer.layer_id
+        store_kv(pool.get_key_buffer(lid), pool.get_value_buffer(lid), forward_batch.out_cache_loc, k, v,
+                 pool.k_scale[lid], pool.v_scale[lid])
+
+    def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True):
+        pool = forward_batch.token_to_kv_pool
+        lid = layer.layer_id
+        if save_kv_cache:
+            self._store(layer, forward_batch, k, v)
+        H, D, Dv = layer.tp_q_head_num, layer.head_dim, layer.v_head_dim
+        q3 = q.view(-1, H, D)
+        o = torch.empty((q3.shape[0], H, Dv), dtype=q.dtype, device=q.device)
+        fb = forward_batch
+        extend_attention_fwd(
+            q3, k, v, o, pool.get_key_buffer(lid), pool.get_value_buffer(lid),
+            fb.req_to_token_pool.req_to_token, fb.req_pool_indices, fb.seq_lens, fb.extend_seq_lens,
+            fb.extend_start_loc, fb.max_extend_len, layer.scaling, layer.logit_cap,
+            k_scale=pool.k_scale[lid], v_scale=pool.v_scale[lid])
+        return o.view(-1, H * Dv)
+
+    def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True):
+        pool = forward_batch.token_to_kv_pool
+        lid = layer.layer_id
+        if save_kv_cache:
+            self._store(layer, forward_batch, k, v)
+        H, D, Dv = layer.tp_q_head_num, layer.head_dim, layer.v_head_dim
+        bs = forward_batch.batch_size
+        q3 = q.view(bs, H, D)
+        o = torch.empty((bs, H, Dv), dtype=q.dtype, device=q.device)
+        meta = self.decode_meta
+        fb = forward_batch
+        decode_attention_fwd(
+            q3, pool.get_key_buffer(lid), pool.get_value_buffer(lid), o, fb.req_to_token_pool.req_to_token,
+            fb.req_pool_indices, fb.seq_lens, meta.attn_logits, meta.attn_lse, meta.num_kv_splits,
+            self.max_kv_splits, layer.scaling, layer.logit_cap,
+            k_scale=pool.k_scale[lid], v_scale=pool.v_scale[lid])
+        return o.view(bs, H * Dv)
+
+    # ------------------------------------------------------------------ CUDA graphs
+    def init_cuda_graph_state(self, max_bs: int) -> None:
+        self._graph_meta = self._new_decode_meta(max_bs)
+
+    def _graph_views(self, bs: int) -> DecodeMetadata:
+        g = self._graph_meta
+        assert g is not None, "init_cuda_graph_state was not called"
+        return DecodeMetadata(g.num_kv_splits[:bs], g.attn_logits[:bs], g.attn_lse[:bs])
+
+    def init_forward_metadata_capture_cuda_graph(self, bs: int, req_pool_indices: torch.Tensor,
+                                                 seq_lens: torch.Tensor) -> None:
+        """Called inside the capture: the split counts are recomputed by every replay."""
+        meta = self._graph_views(bs)
+        self._fill_num_kv_splits(seq_lens[:bs], meta.num_kv_splits)
+        self.decode_meta = meta
+
+    def init_forward_metadata_replay_cuda_graph(self, bs: int, req_pool_indices: torch.Tensor,
+                                                seq_lens: torch.Tensor) -> None:
+        self.decode_meta = self._graph_views(bs)
+
+    def get_cuda_graph_seq_len_fill_value(self) -> int:
+        return 1

@@ -1,0 +1,195 @@
+"""CudaGraphRunner: decode forward passes captured once per batch size and replayed.
+
+A decode step launches hundreds of small kernels; launching them from Python costs more than the
+GPU work at small batch. Each size in `capture_bs` is captured once (largest first, all graphs
+sharing one memory pool) over static input buffers. A batch of raw size n replays the graph of the
+smallest captured size bs >= n: its inputs are copied into rows [0, n) of the static buffers and
+rows [n, bs) are padding that points at the dummy request row 0 and dummy KV slot 0 (seq_len =
+the backend's fill value), so they read and write nothing real. Logits of rows [0, n) are returned.
+
+The sampler stays outside the graph (it depends on per-request parameters and may need host-side
+masks). Logprob requests are fine: decode logprobs come from the sampler, not the graph.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import time
+from typing import Callable, Dict, List, Optional
+
+import torch
+
+from sglang.srt.layers.logits_processor import LogitsProcessorOutput
+from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
+
+logger = logging.getLogger(__name__)
+
+GB = 1 << 30
+
+
+def default_capture_bs(max_bs: int) -> List[int]:
+    """Dense where padding would cost most (small batches), coarser above: 23 sizes up to 256 keep
+    capture to a few seconds while padding stays under ~15%."""
+    sizes = [1, 2, 3, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 72, 80, 96, 112, 128, 144, 160, 192, 224, 256]
+    sizes += list(range(288, max_bs + 1, 32))
+    out = [s for s in sizes if s <= max_bs]
+    if not out or out[-1] != max_bs:
+        out.append(max_bs)
+    return out
+
+
+def default_cuda_graph_max_bs(total_mem_gb: float) -> int:
+    """Largest captured decode batch by device memory (graph outputs and workspaces grow with it)."""
+    if total_mem_gb >= 60:
+        return 256
+    if total_mem_gb >= 35:
+        return 160
+    return 48
+
+
+class _CudaGraph:
+    """torch.cuda.CUDAGraph behind the two calls the runner needs."""
+
+    def __init__(self, pool, stream: torch.cuda.Stream):
+        self.graph = torch.cuda.CUDAGraph()
+        self.pool = pool
+        self.stream = stream
+
+    def capture(self, fn: Callable[[], LogitsProcessorOutput]) -> LogitsProcessorOutput:
+        with torch.cuda.graph(self.graph, pool=self.pool, stream=self.stream):
+            out = fn()
+        return out
+
+    def replay(self) -> None:
+        self.graph.replay()
+
+
+class EagerReplayGraph:
+    """A stand-in graph for CPU tests: 'replay' re-runs the captured function over the same static
+    buffers and copies into the captured outputs, so the runner's padding and buffer logic can be
+    checked without a GPU."""
+
+    def __init__(self, pool=None, stream=None):
+        self.fn: Optional[Callable[[], LogitsProcessorOutput]] = None
+        self.out: Optional[LogitsProcessorOutput] = None
+
+    def capture(self, fn: Callable[[], LogitsProcessorOutput]) -> LogitsProcessorOutput:
+        self.fn = fn
+        self.out = fn()
+        return self.out
+
+    def replay(self) -> None:
+        fresh = self.fn()
+        self.out.next_token_logits.copy_(fresh.next_token_logits)
+
+
+class CudaGraphRunner:
+    def __init__(self, model_runner, capture_bs: Optional[List[int]] = None, graph_cls=None):
+        self.runner = model_runner
+        self.device = model_runner.device
+        self.backend = model_runner.attn_backend
+        sa = model_runner.server_args
+        if capture_bs is None:
+            max_bs = sa.cuda_graph_max_bs
+            if max_bs is None:
+                total = torch.cuda.get_device_properties(model_runner.gpu_id).total_memory / GB
+                max_bs = default_cuda_graph_max_bs(total)
+            max_bs = min(max_bs, model_runner.max_running_requests)
+            capture_bs = default_capture_bs(max_bs)
+        self.capture_bs = sorted(set(capture_bs))
+        self.max_bs = self.capture_bs[-1]
+        self.fill_seq_len = self.backend.get_cuda_graph_seq_len_fill_value()
+        self.graph_cls = graph_cls or _CudaGraph
+
+        # Static inputs. Rows 0..3 of `packed` are positions, req_pool_indices, seq_lens, out_cache_loc
+        # (ForwardBatch.decode_packed's layout), so one copy fills all four.
+        n = self.max_bs
+        self.input_ids = torch.zeros(n, dtype=torch.int64, device=self.device)
+        self.packed = torch.zeros((4, n), dtype=torch.int64, device=self.device)
+        self.packed[2].fill_(self.fill_seq_len)
+        # The padding column: position 0, dummy row 0, fill seq_len, dummy slot 0.
+        self.pad_col = torch.tensor([0, 0, self.fill_seq_len, 0], dtype=torch.int64,
+                                    device=self.device).view(4, 1)
+        self.backend.init_cuda_graph_state(n)
+
+        self.graphs: Dict[int, object] = {}
+        self.outputs: Dict[int, LogitsProcessorOutput] = {}
+        self.num_replays = 0
+        t0 = time.perf_counter()
+        mem0 = self._free_mem()
+        self._capture_all()
+        self.capture_time = time.perf_counter() - t0
+        self.capture_mem_gb = (mem0 - self._free_mem()) / GB
+        logger.info("Captured CUDA graphs for decode bs %s in %.1f s (%.2f GB)", self.capture_bs,
+                    self.capture_time, self.capture_mem_gb)
+
+    # ------------------------------------------------------------------ capture
+    def _free_mem(self) -> int:
+        if torch.device(self.device).type == "cuda":
+            return torch.cuda.mem_get_info()[0]
+        return 0
+
+    def _static_batch(self, bs: int) -> ForwardBatch:
+        r = self.runner
+        return ForwardBatch(
+            forward_mode=ForwardMode.DECODE, batch_size=bs, input_ids=self.input_ids[:bs],
+            positions=self.packed[0, :bs], req_pool_indices=self.packed[1, :bs], seq_lens=self.packed[2, :bs],
+            out_cache_loc=self.packed[3, :bs], seq_lens_cpu=None, seq_lens_sum=bs * self.fill_seq_len,
+            req_to_token_pool=r.req_to_token_pool, token_to_kv_pool=r.token_to_kv_pool,
+            attn_backend=self.backend)
+
+    def _forward_static(self, bs: int) -> LogitsProcessorOutput:
+        """The captured work: reads only static buffers."""
+        fb = self._static_batch(bs)
+        self.backend.init_forward_metadata_capture_cuda_graph(bs, fb.req_pool_indices, fb.seq_lens)
+        return self.runner.model.forward(fb.input_ids, fb.positions, fb)
+
+    def _capture_all(self) -> None:
+        is_cuda = torch.device(self.device).type == "cuda"
+        pool = torch.cuda.graph_pool_handle() if is_cuda else None
+        stream = torch.cuda.Stream() if is_cuda else None
+        with torch.no_grad():
+            # Largest first: later (smaller) graphs reuse the pool blocks the larger ones freed.
+            for bs in reversed(self.capture_bs):
+                if is_cuda:
+                    # Warm-up outside the capture on the capture stream (Triton compiles, cuBLAS picks
+                    # its kernels and workspaces here, not inside the graph).
+                    stream.wait_stream(torch.cuda.current_stream())
+                    with torch.cuda.stream(stream):
+                        for _ in range(2):
+                            self._forward_static(bs)
+                    torch.cuda.current_stream().wait_stream(stream)
+                    torch.cuda.synchronize()
+                graph = self.graph_cls(pool, stream)
+                self.outputs[bs] = graph.capture(lambda bs=bs: self._forward_static(bs))
+                self.graphs[bs] = graph
+            if is_cuda:
+                torch.cuda.synchronize()
+
+    # ------------------------------------------------------------------ replay
+    def can_run(self, fb: ForwardBatch) -> bool:
+        return fb.forward_mode.is_decode() and 0 < fb.batch_size <= self.max_bs
+
+    def padded_size(self, raw_bs: int) -> int:
+        return self.capture_bs[bisect.bisect_left(self.capture_bs, raw_bs)]
+
+    def replay(self, fb: ForwardBatch) -> LogitsProcessorOutput:
+        raw = fb.batch_size
+        bs = self.padded_size(raw)
+        if bs != raw:
+            # Rows a previous, larger batch filled must point at the dummies again.
+            self.packed[:, raw:bs].copy_(self.pad_col.expand(4, bs - raw))
+            self.input_ids[raw:bs].zero_()
+        self.input_ids[:raw].copy_(fb.input_ids, non_blocking=True)
+        if fb.decode_packed is not None:
+            self.packed[:, :raw].copy_(fb.decode_packed, non_blocking=True)
+        else:
+            for i, t in enumerate((fb.positions, fb.req_pool_indices, fb.seq_lens, fb.out_cache_loc)):
+                self.packed[i, :raw].copy_(t, non_blocking=True)
+        fb.num_padded = bs - raw
+        self.backend.init_forward_metadata_replay_cuda_graph(bs, self.packed[1, :bs], self.packed[2, :bs])
+        self.graphs[bs].replay()
+        self.num_replays += 1
+        out = self.outputs[bs]
+        return LogitsProcessorOutput(next_token_logits=out.next_token_logits[:raw])
