@@ -41,7 +41,15 @@ def uniform_noise(seeds: torch.Tensor, steps: torch.Tensor, vocab: int) -> torch
     row = _fmix32((seeds & _MASK32) ^ _fmix32((steps * 0x9E3779B1 + 0x7F4A7C15) & _MASK32))
     cols = torch.arange(vocab, device=seeds.device, dtype=torch.int64)
     h = _fmix32(((row[:, None] ^ (cols[None, :] * 0x27D4EB2F)) + 0x165667B1) & _MASK32)
-    return ((h >> 8).to(torch.float32) + 0.5) * (1.0 / (1 << 24))
+    return bits_to_uniform(h)
+
+
+def bits_to_uniform(h: torch.Tensor) -> torch.Tensor:
+    """32-bit hashes -> uniforms strictly inside (0, 1).
+
+    23 bits only: (2^23 - 0.5) / 2^23 is exact in float32, so u never rounds to 1 (-log u would be 0,
+    and 0/0 = NaN would win the argmax and pick a masked token)."""
+    return ((h >> 9).to(torch.float32) + 0.5) * (1.0 / (1 << 23))
 
 
 def apply_logit_adjustments(logits: torch.Tensor, info: SamplingBatchInfo) -> None:
@@ -67,7 +75,7 @@ def sample(logits: torch.Tensor, info: SamplingBatchInfo, return_logprob: bool =
     logits = logits.clone() if return_logprob else logits
     apply_logit_adjustments(logits, info)
     # NaN never reaches the argmax; a row with nothing allowed falls back to its raw argmax below.
-    logits = torch.nan_to_num(logits, nan=float("-inf"))
+    logits = torch.nan_to_num(logits, nan=float("-inf"), posinf=torch.finfo(logits.dtype).max, neginf=float("-inf"))
     # One max pass gives the greedy ids and the dead rows (every logit -inf <=> the max is -inf).
     best, greedy_ids = logits.max(dim=-1)
     ids = greedy_ids if info.is_all_greedy else _sample_filtered(logits, info, greedy_ids)
