@@ -320,11 +320,13 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
             self.chunked_req = None
         if not self.waiting_queue and self.chunked_req is None:
             return None
-        running = self.running_batch.reqs
-        room = min(self.max_running_requests - len(running), self.req_to_token_pool.available_size())
+        self.policy.calc_priority(self.waiting_queue)
+        room = min(self.max_running_requests - len(self.running_batch.reqs), self.req_to_token_pool.available_size())
+        if room <= 0 and self.waiting_queue and self._preempt_for_slot(self.waiting_queue[0]):
+            room = 1
         if room <= 0 and self.chunked_req is None:
             return None
-        self.policy.calc_priority(self.waiting_queue)
+        running = self.running_batch.reqs
         mixed = len(running) if self._can_mix() else 0
         adder = PrefillAdder(self.tree_cache, self.allocator, running, self.new_token_ratio,
                              self.max_prefill_tokens, self.chunked_prefill_size, mixed, self.page_size)
@@ -379,7 +381,7 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
         return self.server_args.enable_mixed_chunk and not self.running_batch.is_empty()
 
     def _try_preempt(self, adder: PrefillAdder, req: Req) -> bool:
-        """Priority scheduling: push out much lower-priority running requests to admit `req`."""
+        """Priority scheduling: push out much lower-priority running requests to fit `req` in the pool."""
         sa = self.server_args
         if not sa.enable_priority_scheduling:
             return False
@@ -387,17 +389,34 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
                                             sa.priority_scheduling_preemption_threshold, self.policy.priority_sign)
         if not victims:
             return False
-        for v in victims:
-            if v.inflight_tokens:
-                return False  # its result is still coming; try next round
+        self._preempt(victims)
+        adder.running_reqs = self.running_batch.reqs
+        return adder.add_one_req(req, self.chunked_req is not None) == AddReqResult.CONTINUE
+
+    def _preempt_for_slot(self, req: Req) -> bool:
+        """Priority scheduling with every running slot taken: the least-preferred running request makes
+        way if `req` beats it by more than the threshold."""
+        sa = self.server_args
+        if not sa.enable_priority_scheduling or not self.running_batch.reqs:
+            return False
+        sign = self.policy.priority_sign
+        cands = [r for r in self.running_batch.reqs if not r.finished()]
+        if not cands:
+            return False
+        worst = max(cands, key=lambda r: ((r.priority or 0) * sign, r.wait_queue_entry_time))
+        if ((req.priority or 0) - (worst.priority or 0)) * -sign <= sa.priority_scheduling_preemption_threshold:
+            return False
+        self._preempt([worst])
+        return True
+
+    def _preempt(self, victims: List[Req]) -> None:
+        """Release the victims' KV (their prefix stays cached) and queue them to run again later."""
         for v in victims:
             release_kv_cache(v, self.tree_cache, self.req_to_token_pool, self.allocator, is_insert=False)
             v.reset_for_retract()
             self.waiting_queue.append(v)
         keep = [i for i, r in enumerate(self.running_batch.reqs) if r not in victims]
         self.running_batch.filter_batch(keep_indices=keep)
-        adder.running_reqs = self.running_batch.reqs
-        return adder.add_one_req(req, self.chunked_req is not None) == AddReqResult.CONTINUE
 
     def _exclude_finishing(self, batch: ScheduleBatch) -> None:
         """Requests certain to finish by length when their in-flight token lands need no further step."""
