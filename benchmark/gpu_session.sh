@@ -52,7 +52,9 @@ else
   OFF=(--model-config qwen3-0.6b --num-prompts 256 --input-len-range 100 1024 --output-len-range 100 1024)
 fi
 if has one_batch; then
-  stage one_batch 200 python3 benchmark/bench_one_batch.py "${ONE[@]}" --hf --hf-batch-size 1 8 --bench-sampler \
+  HF_ARGS=(--hf --hf-batch-size 1 8)
+  [[ ${HF:-1} == 0 ]] && HF_ARGS=()
+  stage one_batch 200 python3 benchmark/bench_one_batch.py "${ONE[@]}" "${HF_ARGS[@]}" --bench-sampler \
     --result-file "$OUT/one_batch.jsonl"
 fi
 if has one_batch_fp8; then
@@ -70,5 +72,13 @@ if has offline; then
 fi
 if has kernels; then
   stage bench_attention 80 python3 benchmark/kernels/bench_attention.py
+fi
+if has gemv; then
+  stage gemv 150 python3 benchmark/kernels/bench_gemv.py
+fi
+if has one_batch_gemv; then
+  # The same decode steps with the Triton skinny-matmul kernel bound for batches of <= 4 rows.
+  stage one_batch 150 env SGLANG_TRITON_GEMV=1 python3 benchmark/bench_one_batch.py "${ONE[@]}" \
+    --result-file "$OUT/one_batch.jsonl" --tag triton_gemv
 fi
 python3 benchmark/gpu_summary.py "$OUT" | tee -a "$OUT/summary.txt"

@@ -9,11 +9,13 @@ we do not test against falls back instead of computing garbage).
 from __future__ import annotations
 
 import logging
+import os
 from typing import Callable, Optional, Tuple, Union
 
 import torch
 
 from sglang.srt.layers import activation, layernorm, rotary_embedding
+from sglang.srt.layers import linear as linear_mod
 from sglang.srt.layers.triton_ops.activation import silu_and_mul
 from sglang.srt.layers.triton_ops.rms_norm import fused_add_rmsnorm, rmsnorm
 from sglang.srt.layers.triton_ops.rotary import apply_rotary_emb_
@@ -95,12 +97,18 @@ def bind_fused_ops(use_sgl_kernel: bool = True) -> dict:
     layernorm.set_fused_rmsnorm(chosen["rmsnorm"])
     activation.set_fused_silu_and_mul(chosen["silu_and_mul"])
     rotary_embedding.set_fused_rotary(chosen["rotary"])
+    if os.environ.get("SGLANG_TRITON_GEMV", "0") == "1":
+        from sglang.srt.layers.triton_ops.gemv import gemv
+
+        linear_mod.set_skinny_matmul(gemv)
+        names["skinny_matmul"] = "triton_gemv"
     logger.info("fused ops: %s", names)
     return names
 
 
 def unbind_fused_ops() -> None:
     """Back to the torch implementations (tests compare both paths in one process)."""
+    linear_mod.set_skinny_matmul(None)
     layernorm.set_fused_rmsnorm(None)
     activation.set_fused_silu_and_mul(None)
     rotary_embedding.set_fused_rotary(None)

@@ -19,6 +19,21 @@ from torch import nn
 from sglang.srt.distributed.parallel_state import get_tp_rank, get_tp_size, tp_all_reduce
 
 
+_skinny_matmul = None  # Triton GEMV for decode batches of <= 4 rows on CUDA (SGLANG_TRITON_GEMV=1)
+
+
+def set_skinny_matmul(impl) -> None:
+    global _skinny_matmul
+    _skinny_matmul = impl
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """F.linear, or the skinny-matrix kernel when one is bound and x has only a few rows."""
+    if _skinny_matmul is not None and x.is_cuda and x.dim() == 2 and x.shape[0] <= 4 and x.stride(-1) == 1:
+        return _skinny_matmul(x, weight, bias)
+    return F.linear(x, weight, bias)
+
+
 def _param(*shape: int) -> nn.Parameter:
     return nn.Parameter(torch.empty(*shape), requires_grad=False)
 
@@ -47,7 +62,7 @@ class ColumnParallelLinear(nn.Module):
         param.data.copy_(loaded.narrow(0, self.tp_rank * n, n))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        return linear(x, self.weight, self.bias)
 
 
 class MergedColumnParallelLinear(ColumnParallelLinear):
@@ -113,7 +128,7 @@ class RowParallelLinear(nn.Module):
         param.data.copy_(loaded.narrow(1, self.tp_rank * n, n))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = F.linear(x, self.weight)
+        out = linear(x, self.weight)
         if self.reduce_results and self.tp_size > 1:
             out = tp_all_reduce(out)
         if self.bias is not None:

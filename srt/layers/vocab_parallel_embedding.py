@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from sglang.srt.layers.linear import linear
 from sglang.srt.distributed.parallel_state import get_tp_rank, get_tp_size, tp_all_gather, tp_all_reduce
 
 
@@ -49,7 +50,7 @@ class ParallelLMHead(VocabParallelEmbedding):
     """Logits = hidden @ W^T per vocabulary shard, gathered across ranks and trimmed to the real vocab."""
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        logits = F.linear(hidden, self.weight)
+        logits = linear(hidden, self.weight)
         if self.tp_size > 1:
             logits = tp_all_gather(logits, dim=-1)
         return logits[..., : self.num_embeddings]

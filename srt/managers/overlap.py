@@ -59,9 +59,11 @@ class GenerationResult:
 class PendingResult:
     """A launched pass; get() blocks until its sampled ids are on the host."""
 
-    def __init__(self, getter: Callable[[], GenerationResult]):
+    def __init__(self, getter: Callable[[], GenerationResult], device_ids: Optional[torch.Tensor] = None):
         self._getter = getter
         self._value: Optional[GenerationResult] = None
+        # The sampled ids still on the device: the plain loop's next decode reads them with no copy.
+        self.device_ids = device_ids
 
     def get(self) -> GenerationResult:
         if self._value is None:
@@ -115,8 +117,9 @@ class BatchLauncher:
         if self._pool is not None:
             fut = self._pool.submit(self._compute, fb, sampling_info, return_logprob, top_logprobs_nums,
                                     future_indices)
-            return PendingResult(lambda: _to_result(fut.result()))
+            return PendingResult(lambda: _to_result({k: v for k, v in fut.result().items() if k != "ids_dev"}))
         host = self._compute(fb, sampling_info, return_logprob, top_logprobs_nums, future_indices)
+        ids_dev = host.pop("ids_dev")
         if self.device == "cuda":
             event = torch.cuda.Event()
             event.record()
@@ -124,8 +127,8 @@ class BatchLauncher:
             def wait() -> GenerationResult:
                 event.synchronize()
                 return _to_result(host)
-            return PendingResult(wait)
-        return PendingResult(lambda: _to_result(host))
+            return PendingResult(wait, ids_dev)
+        return PendingResult(lambda: _to_result(host), ids_dev)
 
     def _compute(self, fb, sampling_info, return_logprob, top_logprobs_nums, future_indices) -> dict:
         with torch.no_grad():
@@ -135,7 +138,9 @@ class BatchLauncher:
             sample_out = self.runner.sample(logits_out, sampling_info, return_logprob, top_logprobs_nums)
             if self.future_map is not None and future_indices is not None:
                 self.future_map.store(future_indices.to(self.device, non_blocking=True), sample_out.next_token_ids)
-            return _to_host(logits_out, sample_out, return_logprob)
+            host = _to_host(logits_out, sample_out, return_logprob)
+            host["ids_dev"] = sample_out.next_token_ids
+            return host
 
     def shutdown(self) -> None:
         if self._pool is not None:

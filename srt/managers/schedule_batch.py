@@ -11,6 +11,8 @@ from typing import List, Optional
 
 import torch
 
+from sglang.srt.utils.device_copy import to_device
+
 from sglang.srt.managers.req import Req
 from sglang.srt.mem_cache.common import (
     alloc_paged,
@@ -179,7 +181,7 @@ class ScheduleBatch:
         if self.output_ids is not None:
             # non_blocking: torch.tensor(..., device=cuda) would sync the stream (the overlap loop's
             # previous pass may still be running).
-            idx = torch.tensor(keep_indices, dtype=torch.int64).to(self.output_ids.device, non_blocking=True)
+            idx = to_device(torch.tensor(keep_indices, dtype=torch.int64), self.output_ids.device)
             self.output_ids = self.output_ids[idx] if keep_indices else self.output_ids[:0]
 
     def merge(self, other: "ScheduleBatch") -> None:
@@ -216,7 +218,7 @@ class ScheduleBatch:
         fb.top_logprobs_nums = [r.top_logprobs_num if r.return_logprob else 0 for r in self.reqs]
         fb.extend_logprob_start_lens_cpu = starts
         fb.extend_logprob_lens_cpu = lens
-        fb.extend_input_logprob_token_ids = torch.tensor(targets, dtype=torch.int64).to(self.device, non_blocking=True)
+        fb.extend_input_logprob_token_ids = to_device(torch.tensor(targets, dtype=torch.int64), self.device)
 
 
 def _prompt_logprob_span(r: Req, prefix_len: int, extend_len: int) -> tuple:

@@ -29,7 +29,8 @@ from sglang.srt.distributed.init import init_distributed
 from sglang.srt.distributed.parallel_state import tp_min_int
 from sglang.srt.managers.io_struct import DPLoad, SchedulerReady
 from sglang.srt.managers.invariant_checker import InvariantChecker
-from sglang.srt.managers.overlap import BatchLauncher, FutureMap, PendingResult
+from sglang.srt.managers.loop_profiler import LoopProfiler
+from sglang.srt.managers.overlap import BatchLauncher, FutureMap
 from sglang.srt.managers.req import FinishAbort, Req
 from sglang.srt.managers.schedule_batch import ScheduleBatch
 from sglang.srt.managers.schedule_policy import AddReqResult, InBatchPrefixFilter, PrefillAdder, SchedulePolicy
@@ -92,6 +93,7 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
                            if self.overlap else None)
         self.launcher = BatchLauncher(self.model_runner, self.future_map, self.overlap)
         self.invariants = InvariantChecker(self)
+        self.loop_prof = LoopProfiler()
 
     # ------------------------------------------------------------------ init
     def _init_tokenizer(self) -> None:
@@ -209,7 +211,8 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
     # ------------------------------------------------------------------ loops
     def event_loop(self) -> None:
         while not self.stop_requested:
-            self.recv_and_process_requests(block=self._is_fully_idle())
+            with self.loop_prof.phase("recv"):
+                self.recv_and_process_requests(block=self._is_fully_idle())
             self.step()
             if self.send_load is not None:
                 self._report_load()
@@ -231,9 +234,12 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
             self._step_normal()
 
     def _step_normal(self) -> None:
-        batch = self.get_next_batch_to_run()
+        with self.loop_prof.phase("build"):
+            batch = self.get_next_batch_to_run()
         if batch is not None:
-            self.process_batch_result(*self.launch_batch(batch))
+            with self.loop_prof.phase("launch"):
+                launched = self.launch_batch(batch)
+            self.process_batch_result(*launched)
         else:
             self.on_idle()
         self.last_batch = batch
@@ -241,9 +247,11 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
     def _step_overlap(self) -> None:
         if self.pending and self._history_sensitive():
             self._drain_pending()
-        batch = self.get_next_batch_to_run()
+        with self.loop_prof.phase("build"):
+            batch = self.get_next_batch_to_run()
         if batch is not None:
-            self.pending.append(self.launch_batch(batch))
+            with self.loop_prof.phase("launch"):
+                self.pending.append(self.launch_batch(batch))
         # The previous pass's results are processed while this one runs.
         if len(self.pending) > 1 or (batch is None and self.pending):
             self.process_batch_result(*self.pending.popleft())
@@ -480,6 +488,7 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
         if not self._is_fully_idle():
             return
         self.new_token_ratio = self.init_new_token_ratio
+        self.loop_prof.report_if_busy()
         self.invariants.check_idle()
         self.maybe_log_idle()
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from typing import List, Optional
 
-import torch
 
 from sglang.srt.managers.io_struct import BatchTokenIDOutput
 from sglang.srt.managers.req import Req
@@ -19,9 +18,16 @@ INIT_DETOKENIZE_OFFSET = 5
 
 class SchedulerOutputMixin:
     def process_batch_result(self, batch, launched, pending) -> None:
-        result = pending.get()
         if not self.overlap:
-            batch.output_ids = torch.tensor(result.next_token_ids, dtype=torch.int64).to(self.device)
+            batch.output_ids = pending.device_ids  # the next decode's inputs, without a host round trip
+        with self.loop_prof.phase("wait"):
+            result = pending.get()
+        with self.loop_prof.phase("process"):
+            self._process_result(batch, launched, result)
+        self.loop_prof.count("prefill_batches" if launched.forward_mode.is_extend() else "decode_batches")
+        self.loop_prof.count("rows", len(launched.reqs))
+
+    def _process_result(self, batch, launched, result) -> None:
         self.allocator.free_group_begin()
         try:
             if launched.forward_mode.is_decode():

@@ -8,7 +8,7 @@ release_kv_cache returns all three to their owners.
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List
 
 import torch
 

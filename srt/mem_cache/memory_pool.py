@@ -11,6 +11,8 @@ from typing import List, Optional
 
 import torch
 
+from sglang.srt.utils.device_copy import to_device
+
 
 class ReqToTokenPool:
     def __init__(self, size: int, max_context_len: int, device: str):
@@ -44,7 +46,7 @@ class ReqToTokenPool:
         end = start + len(slots)
         self.req_to_token_cpu[row, start:end] = slots.to(torch.int32)
         if self.req_to_token_cpu is not self.req_to_token:
-            self.req_to_token[row, start:end] = slots.to(self.device, torch.int32, non_blocking=True)
+            self.req_to_token[row, start:end] = to_device(slots.to(torch.int32), self.device)
 
     def write_batch(self, rows: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
                     rows_dev: Optional[torch.Tensor] = None, positions_dev: Optional[torch.Tensor] = None,

@@ -10,7 +10,7 @@ import functools
 import hashlib
 import json
 import os
-from typing import Any, Dict, Iterator, List, Set, Tuple
+from typing import Any, Dict, Iterator, Set, Tuple
 
 import numpy as np
 import torch

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Callable, List, Optional
 
 import torch
 
+from sglang.srt.utils.device_copy import to_device
+
 if TYPE_CHECKING:
     from sglang.srt.managers.req import Req
 
@@ -48,15 +50,20 @@ class SamplingBatchInfo:
         greedy = [sp.is_greedy() for sp in sps]
         temps = [1.0 if g else sp.temperature for g, sp in zip(greedy, sps)]
         top_ks = [min(sp.top_k, vocab_size) for sp in sps]
+        # Two packed copies (floats, ints) instead of seven small ones.
+        floats = to_device(torch.tensor([temps, [sp.top_p for sp in sps], [sp.min_p for sp in sps]],
+                                        dtype=torch.float32), device)
+        ints = to_device(torch.tensor([top_ks, [int(g) for g in greedy], [_seed_of(r) for r in reqs],
+                                       [len(r.output_ids) + r.inflight_tokens for r in reqs]],
+                                      dtype=torch.int64), device)
         info = cls(
-            temperatures=torch.tensor(temps, dtype=torch.float32).view(-1, 1).to(device, non_blocking=True),
-            top_ps=torch.tensor([sp.top_p for sp in sps], dtype=torch.float32).to(device, non_blocking=True),
-            top_ks=torch.tensor(top_ks, dtype=torch.int64).to(device, non_blocking=True),
-            min_ps=torch.tensor([sp.min_p for sp in sps], dtype=torch.float32).to(device, non_blocking=True),
-            greedy=torch.tensor(greedy, dtype=torch.bool).to(device, non_blocking=True),
-            seeds=torch.tensor([_seed_of(r) for r in reqs], dtype=torch.int64).to(device, non_blocking=True),
-            steps=torch.tensor([len(r.output_ids) + r.inflight_tokens for r in reqs], dtype=torch.int64).to(
-                device, non_blocking=True),
+            temperatures=floats[0].view(-1, 1),
+            top_ps=floats[1],
+            top_ks=ints[0],
+            min_ps=floats[2],
+            greedy=ints[1].bool(),
+            seeds=ints[2],
+            steps=ints[3],
             is_all_greedy=all(greedy),
             need_top_p=any(sp.top_p < 1.0 for sp, g in zip(sps, greedy) if not g),
             need_top_k=any(k < vocab_size for k, g in zip(top_ks, greedy) if not g),
@@ -74,23 +81,23 @@ class SamplingBatchInfo:
             for i, sp in enumerate(sps):
                 for tid, val in (sp.logit_bias or {}).items():
                     bias[i, int(tid)] += float(val)
-            self.logit_bias = bias.to(device)
+            self.logit_bias = to_device(bias, device)
         if any(sp.frequency_penalty or sp.presence_penalty for sp in sps):
             counts = torch.zeros((bs, V), dtype=torch.float32)
             for i, r in enumerate(reqs):
                 if r.output_ids:
                     ids = torch.tensor(r.output_ids, dtype=torch.int64).clamp_(0, V - 1)
                     counts[i].index_add_(0, ids, torch.ones(len(ids)))
-            self.output_counts = counts.to(device)
-            self.frequency_penalties = torch.tensor([sp.frequency_penalty for sp in sps]).view(-1, 1).to(device)
-            self.presence_penalties = torch.tensor([sp.presence_penalty for sp in sps]).view(-1, 1).to(device)
+            self.output_counts = to_device(counts, device)
+            self.frequency_penalties = to_device(torch.tensor([sp.frequency_penalty for sp in sps]).view(-1, 1), device)
+            self.presence_penalties = to_device(torch.tensor([sp.presence_penalty for sp in sps]).view(-1, 1), device)
         if any(sp.repetition_penalty != 1.0 for sp in sps):
             seen = torch.zeros((bs, V), dtype=torch.bool)
             for i, r in enumerate(reqs):
                 ids = torch.tensor(r.origin_input_ids + r.output_ids, dtype=torch.int64).clamp_(0, V - 1)
                 seen[i, ids] = True
-            self.seen_mask = seen.to(device)
-            self.repetition_penalties = torch.tensor([sp.repetition_penalty for sp in sps]).view(-1, 1).to(device)
+            self.seen_mask = to_device(seen, device)
+            self.repetition_penalties = to_device(torch.tensor([sp.repetition_penalty for sp in sps]).view(-1, 1), device)
         blocked = [(i, r) for i, r in enumerate(reqs)
                    if len(r.output_ids) + r.inflight_tokens < r.sampling_params.min_new_tokens]
         if blocked:
@@ -102,7 +109,7 @@ class SamplingBatchInfo:
                 for t in stop_ids:
                     if 0 <= t < V:
                         block[i, t] = True
-            self.min_tokens_block = block.to(device)
+            self.min_tokens_block = to_device(block, device)
 
 
 def _seed_of(req: "Req") -> int:
