@@ -104,7 +104,10 @@ def _to_result(h: dict) -> GenerationResult:
 class BatchLauncher:
     """Runs forward + sample for a ForwardBatch, now (plain loop) or ahead (overlap loop)."""
 
-    def __init__(self, model_runner, future_map: Optional[FutureMap], overlap: bool):
+    def __init__(self, model_runner, future_map: Optional[FutureMap], overlap: bool, prof=None):
+        from sglang.srt.managers.loop_profiler import LoopProfiler
+
+        self.prof = prof or LoopProfiler()
         self.runner = model_runner
         self.future_map = future_map
         self.overlap = overlap
@@ -131,14 +134,18 @@ class BatchLauncher:
         return PendingResult(lambda: _to_result(host), ids_dev)
 
     def _compute(self, fb, sampling_info, return_logprob, top_logprobs_nums, future_indices) -> dict:
+        p = self.prof
         with torch.no_grad():
             if self.future_map is not None:
                 fb.input_ids = self.future_map.resolve(fb.input_ids)
-            logits_out = self.runner.forward(fb)
-            sample_out = self.runner.sample(logits_out, sampling_info, return_logprob, top_logprobs_nums)
+            with p.phase("c.forward"):
+                logits_out = self.runner.forward(fb)
+            with p.phase("c.sample"):
+                sample_out = self.runner.sample(logits_out, sampling_info, return_logprob, top_logprobs_nums)
             if self.future_map is not None and future_indices is not None:
                 self.future_map.store(future_indices.to(self.device, non_blocking=True), sample_out.next_token_ids)
-            host = _to_host(logits_out, sample_out, return_logprob)
+            with p.phase("c.host"):
+                host = _to_host(logits_out, sample_out, return_logprob)
             host["ids_dev"] = sample_out.next_token_ids
             return host
 

@@ -91,9 +91,9 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
         self.future_map = (FutureMap(self.max_running_requests, self.model_config.context_len,
                                      self.chunked_prefill_size or self.model_config.context_len, self.device)
                            if self.overlap else None)
-        self.launcher = BatchLauncher(self.model_runner, self.future_map, self.overlap)
         self.invariants = InvariantChecker(self)
         self.loop_prof = LoopProfiler()
+        self.launcher = BatchLauncher(self.model_runner, self.future_map, self.overlap, self.loop_prof)
 
     # ------------------------------------------------------------------ init
     def _init_tokenizer(self) -> None:
@@ -461,15 +461,17 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
 
     # ------------------------------------------------------------------ launch
     def launch_batch(self, batch: ScheduleBatch):
-        fb = batch.to_forward_batch()
+        with self.loop_prof.phase("l.fb"):
+            fb = batch.to_forward_batch()
         n_ext = batch.batch_size() - len(batch.decoding_reqs) if batch.forward_mode.is_extend() else 0
         samples = [i >= n_ext or len(r.fill_ids) == len(r.origin_input_ids) + len(r.output_ids)
                    for i, r in enumerate(batch.reqs)]
         for r, s in zip(batch.reqs, samples):
             if s:
                 r.inflight_tokens += 1
-        info = SamplingBatchInfo.from_reqs(batch.reqs, self.model_config.vocab_size, self.device)
-        self.attach_grammar_masks(batch, info)
+        with self.loop_prof.phase("l.info"):
+            info = SamplingBatchInfo.from_reqs(batch.reqs, self.model_config.vocab_size, self.device)
+            self.attach_grammar_masks(batch, info)
         top_nums = [r.top_logprobs_num if r.return_logprob else 0 for r in batch.reqs]
         future = self.future_map.alloc(batch.batch_size()) if self.future_map is not None else None
         pending = self.launcher.launch(fb, info, batch.return_logprob, top_nums, future)
