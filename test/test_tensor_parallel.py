@@ -162,3 +162,31 @@ def test_data_parallel_replicas(method, tiny_models, tp_servers):
         srv.check_idle_invariant()
     finally:
         srv.stop()
+
+
+def test_two_nodes_on_one_machine(tiny_models, tp_servers):
+    """--nnodes 2: node 1 runs scheduler rank 1 only; node 0 serves HTTP and rank 0 broadcasts."""
+    import subprocess
+    import sys
+
+    one, _ = tp_servers
+    path = tiny_models["llama"]
+    addr = f"127.0.0.1:{free_port()}"
+    common = ["--model-path", path, "--max-total-tokens", "1024", "--tp-size", "2", "--nnodes", "2",
+              "--dist-init-addr", addr]
+    node1 = subprocess.Popen([sys.executable, "-m", "sglang.srt.entrypoints.cli", "serve", *common, "--node-rank", "1"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        node0 = ServerProcess(common + ["--node-rank", "0"])
+        try:
+            kw = dict(text=[f"Node test {i}: {TEXT}" for i in range(3)],
+                      sampling_params={"max_new_tokens": 8, "temperature": 0})
+            a, b = generate(one.url, **kw).json(), generate(node0.url, **kw).json()
+            assert [x["output_ids"] for x in a] == [y["output_ids"] for y in b]
+            node0.check_idle_invariant()
+        finally:
+            node0.stop()
+        node1.wait(30)  # rank 1 exits once its peer is gone
+    finally:
+        if node1.poll() is None:
+            os.killpg(node1.pid, signal.SIGKILL)
