@@ -22,12 +22,16 @@ class TorchNativeAttnBackend(AttentionBackend):
     def __init__(self, model_runner=None):
         self.model_runner = model_runner
 
-    def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True):
+    @staticmethod
+    def _store_and_buffers(k, v, layer, forward_batch, save_kv_cache: bool):
+        """Write this pass's K/V into the pool; return the pool, and the layer's K and V buffers."""
         pool = forward_batch.token_to_kv_pool
         if save_kv_cache:
             pool.set_kv_buffer(layer.layer_id, forward_batch.out_cache_loc, k, v)
-        k_buf = pool.get_key_buffer(layer.layer_id)
-        v_buf = pool.get_value_buffer(layer.layer_id)
+        return pool, pool.get_key_buffer(layer.layer_id), pool.get_value_buffer(layer.layer_id)
+
+    def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True):
+        pool, k_buf, v_buf = self._store_and_buffers(k, v, layer, forward_batch, save_kv_cache)
         H, D, Dv = layer.tp_q_head_num, layer.head_dim, layer.v_head_dim
         q = q.view(-1, H, D)
         out = torch.empty((q.shape[0], H, Dv), dtype=q.dtype, device=q.device)
@@ -53,11 +57,7 @@ class TorchNativeAttnBackend(AttentionBackend):
         return out.view(-1, H * Dv)
 
     def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True):
-        pool = forward_batch.token_to_kv_pool
-        if save_kv_cache:
-            pool.set_kv_buffer(layer.layer_id, forward_batch.out_cache_loc, k, v)
-        k_buf = pool.get_key_buffer(layer.layer_id)
-        v_buf = pool.get_value_buffer(layer.layer_id)
+        pool, k_buf, v_buf = self._store_and_buffers(k, v, layer, forward_batch, save_kv_cache)
         H, D, Dv = layer.tp_q_head_num, layer.head_dim, layer.v_head_dim
         Hkv = layer.tp_k_head_num
         bs = q.shape[0]
