@@ -15,7 +15,8 @@ LONG = " ".join(f"Fact {i}: the number {i} squared is {i * i}." for i in range(1
 
 
 def _workload(url: str):
-    """Streaming and plain, greedy and seeded sampling, stop strings, a chunked long prompt, and one abort."""
+    """Streaming and plain, greedy and seeded sampling, stop strings, penalties, a grammar, a chunked long
+    prompt, and one abort."""
     jobs = []
     for i in range(16):
         sp = {"max_new_tokens": 40, "temperature": 0}
@@ -25,6 +26,10 @@ def _workload(url: str):
             sp["stop"] = ["zebra", "\n\n\n"]  # checked every step, rarely hit
         if i == 3:
             sp["stop"] = "."
+        if i == 7:  # penalties read every accepted token: sampled after the previous results land
+            sp.update(frequency_penalty=0.5, presence_penalty=0.3, repetition_penalty=1.2)
+        if i == 9:  # so do grammars: the mask is filled while the forward runs
+            sp["regex"] = r"( [a-z]+){3,12}\."
         text = LONG if i == 5 else f"Story number {i}: Once upon a time"
         jobs.append(({"text": text, "sampling_params": sp}, i % 2 == 0))
 

@@ -101,6 +101,13 @@ def _to_result(h: dict) -> GenerationResult:
     )
 
 
+@dataclass
+class ForwardHandle:
+    """A launched forward pass: its logits (device path) or the worker's future (CPU overlap path)."""
+    logits: Optional[LogitsProcessorOutput] = None
+    future: Optional[concurrent.futures.Future] = None
+
+
 class BatchLauncher:
     """Runs forward + sample for a ForwardBatch, now (plain loop) or ahead (overlap loop)."""
 
@@ -117,11 +124,24 @@ class BatchLauncher:
 
     def launch(self, fb, sampling_info, return_logprob: bool, top_logprobs_nums: Optional[List[int]],
                future_indices: Optional[torch.Tensor]) -> PendingResult:
+        return self.launch_sample(self.launch_forward(fb), sampling_info, return_logprob, top_logprobs_nums,
+                                  future_indices)
+
+    def launch_forward(self, fb) -> "ForwardHandle":
+        """Queue the forward pass alone; sampling follows with launch_sample (possibly after the host
+        has processed earlier results, e.g. to build grammar masks from every accepted token)."""
         if self._pool is not None:
-            fut = self._pool.submit(self._compute, fb, sampling_info, return_logprob, top_logprobs_nums,
-                                    future_indices)
+            return ForwardHandle(future=self._pool.submit(self._forward, fb))
+        return ForwardHandle(logits=self._forward(fb))
+
+    def launch_sample(self, handle: "ForwardHandle", sampling_info, return_logprob: bool,
+                      top_logprobs_nums: Optional[List[int]], future_indices: Optional[torch.Tensor]) -> PendingResult:
+        args = (sampling_info, return_logprob, top_logprobs_nums, future_indices)
+        if self._pool is not None:
+            # One worker thread: this runs after the forward it reads, whatever was queued between.
+            fut = self._pool.submit(lambda: self._sample(handle.future.result(), *args))
             return PendingResult(lambda: _to_result({k: v for k, v in fut.result().items() if k != "ids_dev"}))
-        host = self._compute(fb, sampling_info, return_logprob, top_logprobs_nums, future_indices)
+        host = self._sample(handle.logits, *args)
         ids_dev = host.pop("ids_dev")
         if self.device == "cuda":
             event = torch.cuda.Event()
@@ -133,13 +153,15 @@ class BatchLauncher:
             return PendingResult(wait, ids_dev)
         return PendingResult(lambda: _to_result(host), ids_dev)
 
-    def _compute(self, fb, sampling_info, return_logprob, top_logprobs_nums, future_indices) -> dict:
-        p = self.prof
-        with torch.no_grad():
+    def _forward(self, fb) -> LogitsProcessorOutput:
+        with torch.no_grad(), self.prof.phase("c.forward"):
             if self.future_map is not None:
                 fb.input_ids = self.future_map.resolve(fb.input_ids)
-            with p.phase("c.forward"):
-                logits_out = self.runner.forward(fb)
+            return self.runner.forward(fb)
+
+    def _sample(self, logits_out, sampling_info, return_logprob, top_logprobs_nums, future_indices) -> dict:
+        p = self.prof
+        with torch.no_grad():
             with p.phase("c.sample"):
                 sample_out = self.runner.sample(logits_out, sampling_info, return_logprob, top_logprobs_nums)
             if self.future_map is not None and future_indices is not None:

@@ -245,8 +245,6 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
         self.last_batch = batch
 
     def _step_overlap(self) -> None:
-        if self.pending and self._history_sensitive():
-            self._drain_pending()
         with self.loop_prof.phase("build"):
             batch = self.get_next_batch_to_run()
         if batch is not None:
@@ -263,12 +261,10 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
         while self.pending:
             self.process_batch_result(*self.pending.popleft())
 
-    def _history_sensitive(self) -> bool:
-        """Penalties and grammars read every accepted token, so such requests cannot be scheduled one pass
-        ahead: their previous results are processed before the next batch is built."""
-        reqs = list(self.running_batch.reqs)
-        if self.last_batch is not None and self.last_batch.forward_mode.is_extend():
-            reqs += self.last_batch.reqs
+    @staticmethod
+    def _history_sensitive(reqs: List[Req]) -> bool:
+        """Penalties and grammars read every accepted token: such a batch samples only after the
+        previous results are processed (its forward still runs meanwhile)."""
         for r in reqs:
             sp = r.sampling_params
             if r.grammar is not None or sp.frequency_penalty or sp.presence_penalty or sp.repetition_penalty != 1.0:
@@ -469,12 +465,21 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
         for r, s in zip(batch.reqs, samples):
             if s:
                 r.inflight_tokens += 1
+        top_nums = [r.top_logprobs_num if r.return_logprob else 0 for r in batch.reqs]
+        future = self.future_map.alloc(batch.batch_size()) if self.future_map is not None else None
+        delayed = self.overlap and self.pending and self._history_sensitive(batch.reqs)
+        if delayed:
+            # Grammars and penalties need every accepted token: the forward runs while the previous
+            # results are processed, and the masks / penalty counts are built just before sampling.
+            handle = self.launcher.launch_forward(fb)
+            self._drain_pending()
         with self.loop_prof.phase("l.info"):
             info = SamplingBatchInfo.from_reqs(batch.reqs, self.model_config.vocab_size, self.device)
             self.attach_grammar_masks(batch, info)
-        top_nums = [r.top_logprobs_num if r.return_logprob else 0 for r in batch.reqs]
-        future = self.future_map.alloc(batch.batch_size()) if self.future_map is not None else None
-        pending = self.launcher.launch(fb, info, batch.return_logprob, top_nums, future)
+        if delayed:
+            pending = self.launcher.launch_sample(handle, info, batch.return_logprob, top_nums, future)
+        else:
+            pending = self.launcher.launch(fb, info, batch.return_logprob, top_nums, future)
         if future is not None:
             batch.output_ids = (-future).to(self.device)
         launched = LaunchedBatch(
