@@ -52,3 +52,14 @@ def test_engine_errors_and_info(engine):
     assert engine.get_model_info()["is_generation"]
     assert engine.get_server_info()["max_total_num_tokens"] == 8192
     assert engine.flush_cache()["success"]
+
+
+def test_msgpack_wire_format_gives_the_same_results(engine):
+    with Engine(max_total_tokens=2048, ipc_serializer="msgpack") as e:
+        a = e.generate(PROMPTS, SP)
+        s = list(e.generate(PROMPTS[0], SP, stream=True, return_logprob=True))
+        assert e.flush_cache()["success"]
+    b = engine.generate(PROMPTS, SP)
+    assert [x["output_ids"] for x in a] == [y["output_ids"] for y in b]
+    assert s[-1]["output_ids"] == b[0]["output_ids"]
+    assert len(s[-1]["meta_info"]["output_token_logprobs"]) == SP["max_new_tokens"]
