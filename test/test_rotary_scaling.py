@@ -29,5 +29,6 @@ def test_scaled_frequencies_match_hf(params):
     pos = torch.arange(4096, dtype=torch.float64)
     freqs = torch.outer(pos, inv.double())
     emb = torch.cat([freqs, freqs], dim=-1)
-    assert torch.allclose(ours.cos_cache.double(), emb.cos() * scale, atol=1e-3)  # HF keeps inv_freq in fp32: ~1e-4 angle noise at 4k
-    assert torch.allclose(ours.sin_cache.double(), emb.sin() * scale, atol=1e-3)  # HF keeps inv_freq in fp32: ~1e-4 angle noise at 4k
+    # HF keeps inv_freq in fp32, which is ~1e-4 of angle noise at 4k positions.
+    assert torch.allclose(ours.cos_cache.double(), emb.cos() * scale, atol=1e-3)
+    assert torch.allclose(ours.sin_cache.double(), emb.sin() * scale, atol=1e-3)
