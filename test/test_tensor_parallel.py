@@ -103,7 +103,8 @@ def test_tp2_server_matches_tp1(tp_servers):
 def test_tp2_abort_and_retraction(tiny_models, tp_servers):
     one, _ = tp_servers
     path = tiny_models["llama"]
-    tiny = ServerProcess(["--model-path", path, "--max-total-tokens", "300", "--tp-size", "2"])
+    tiny = ServerProcess(["--model-path", path, "--max-total-tokens", "300", "--tp-size", "2",
+                          "--schedule-conservativeness", "0.05"])
     try:
         prompts = [f"Story number {i}: once upon a time" for i in range(12)]
         sp = {"max_new_tokens": 40, "temperature": 0}
