@@ -6,8 +6,10 @@ shapes keep CPU runs (and the CPU test of the benchmarks) fast.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import shutil
 import tempfile
 from typing import Any, Dict
 
@@ -50,3 +52,34 @@ def write_model_config(name: str, folder: str = "") -> str:
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(MODEL_CONFIGS[name], f, indent=1)
     return folder
+
+
+def write_model_dir(name: str, folder: str, tokenizer_dir: str) -> str:
+    """A servable dummy model: MODEL_CONFIGS[name] with its vocabulary and special ids taken from the
+    tokenizer in tokenizer_dir (copied in), so every sampled id decodes and the server has a chat template."""
+    cfg = dict(MODEL_CONFIGS[name])
+    os.makedirs(folder, exist_ok=True)
+    for f in os.listdir(tokenizer_dir):
+        shutil.copy(os.path.join(tokenizer_dir, f), folder)
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(folder)
+    cfg.update(vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+    return folder
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description="Write a model config (and tokenizer) folder for --load-format dummy")
+    p.add_argument("name", choices=sorted(MODEL_CONFIGS))
+    p.add_argument("folder")
+    p.add_argument("--tokenizer-dir", default=None, help="Copy this tokenizer in and take the vocabulary from it")
+    a = p.parse_args()
+    if a.tokenizer_dir:
+        print(write_model_dir(a.name, a.folder, a.tokenizer_dir))
+    else:
+        print(write_model_config(a.name, a.folder))
+
+
+if __name__ == "__main__":
+    main()

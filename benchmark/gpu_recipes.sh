@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# The serving recipes (benchmark/README.md a-d) on the GPU machine in one call, at the guide's sizes.
+#   device run (carry .whl .tok):  bash benchmark/gpu_recipes.sh
+# The model is Llama-3-8B-shaped with dummy weights and the SmolLM2 tokenizer (no checkpoint can
+# reach that machine; .tok/smollm2 is the embedded model's tokenizer, saved by the converter).
+# Four server starts, ordered so the most useful rows come first if the call runs out of time:
+#   1 radix on: a (radix on), b (prompt stability), c and d peers;  2 radix off: a;
+#   3 --max-queued-requests 4: c;  4 --stream-interval 8: d.
+# Every run appends to $OUT/recipes.jsonl (one tag each) and its table to $OUT/recipes.log;
+# server logs go to $OUT/servers.log. Plots and ratios are drawn afterwards from the JSONL.
+# SMOKE=1: tiny shapes, a CPU check of this script.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-benchmark/out}
+mkdir -p "$OUT"
+source benchmark/gpu_env.sh
+PORT=${PORT:-30231}
+URL="http://127.0.0.1:$PORT"
+MODEL_DIR=/tmp/sgl-recipe-model
+LOG="$OUT/recipes.log"
+if [[ ${SMOKE:-0} == 1 ]]; then
+  CFG=tiny-llama; SYS=256; Q=16; GEN=8; B_SYS=300; C_IN=64; C_OUT=8; D_OUT=24; EXTRA=(--max-total-tokens 8192)
+else
+  CFG=llama3-8b; SYS=2048; Q=128; GEN=256; B_SYS=2000; C_IN=256; C_OUT=32; D_OUT=128; EXTRA=()
+fi
+python3 benchmark/model_configs.py "$CFG" "$MODEL_DIR" --tokenizer-dir "${TOK_DIR:-.tok/smollm2}" >/dev/null || exit 1
+{ date -u; nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null; } | tee -a "$LOG"
+
+get() {  # get URL: the body, or a failure status (curl where the machine has it)
+  if command -v curl >/dev/null; then curl -sf "$1"; else
+    python3 -c "import sys, urllib.request as u; sys.stdout.write(u.urlopen(sys.argv[1], timeout=5).read().decode())" "$1" 2>/dev/null
+  fi
+}
+SERVER_PID=""
+start_server() {  # start_server NAME FLAGS...
+  local name=$1; shift
+  local t0=$SECONDS
+  echo "=== server $name: $*" | tee -a "$LOG" >> "$OUT/servers.log"
+  python3 -m sglang.srt.entrypoints serve --model-path "$MODEL_DIR" --load-format dummy --port "$PORT" \
+    --enable-metrics "${EXTRA[@]}" "$@" >> "$OUT/servers.log" 2>&1 &
+  SERVER_PID=$!
+  for _ in $(seq 1 240); do
+    if get "$URL/health" >/dev/null 2>&1; then echo "=== $name healthy after $((SECONDS - t0)) s" | tee -a "$LOG"; return 0; fi
+    if ! kill -0 "$SERVER_PID" 2>/dev/null; then echo "=== $name died" | tee -a "$LOG"; return 1; fi
+    sleep 0.5
+  done
+  echo "=== $name not healthy after 120 s" | tee -a "$LOG"; return 1
+}
+stop_server() {
+  [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null
+  SERVER_PID=""
+}
+trap stop_server EXIT
+bench() {  # bench TAG ARGS...: one bench_serving run, 150 s at most
+  local tag=$1; shift
+  echo "=== run $tag" >> "$LOG"
+  timeout 150 python3 benchmark/bench_serving.py --port "$PORT" --disable-tqdm --no-plot \
+    --output-file "$OUT/recipes.jsonl" --tag "$tag" "$@" >> "$LOG" 2>&1
+  echo "=== run $tag rc=$?" | tee -a "$LOG"
+}
+GSP=(--dataset-name generated-shared-prefix --gsp-num-groups 4 --gsp-prompts-per-group 16 --gsp-system-prompt-len "$SYS"
+     --gsp-question-len "$Q" --gsp-output-len "$GEN" --max-concurrency 8 --flush-cache)
+QUEUE=(--dataset-name random --num-prompts 64 --max-concurrency 64 --random-input-len "$C_IN" --random-output-len "$C_OUT")
+STREAM=(--dataset-name random --num-prompts 16 --max-concurrency 4 --random-input-len 128 --random-output-len "$D_OUT")
+
+if start_server radix-on; then
+  bench a-radix-on "${GSP[@]}"
+  get "$URL/metrics" | grep -E '^sglang:(cache_hit_rate|cached_tokens_total|prompt_tokens_total)' >> "$LOG"
+  echo "=== run b-stability" >> "$LOG"
+  timeout 100 python3 benchmark/bench_prompt_stability.py --port "$PORT" --system-len "$B_SYS" --rounds 5 \
+    --max-new-tokens 16 --output-file "$OUT/recipes.jsonl" >> "$LOG" 2>&1
+  echo "=== run b-stability rc=$?" | tee -a "$LOG"
+  bench c-no-limit "${QUEUE[@]}"
+  bench d-stream-interval-1 "${STREAM[@]}"
+fi
+stop_server
+if start_server radix-off --disable-radix-cache; then bench a-radix-off "${GSP[@]}"; fi
+stop_server
+if start_server queue-limit --max-queued-requests 4; then bench c-queue-limit-4 "${QUEUE[@]}"; fi
+stop_server
+if start_server stream-interval-8 --stream-interval 8; then bench d-stream-interval-8 "${STREAM[@]}"; fi
+stop_server
+grep -E "^=== " "$LOG"
