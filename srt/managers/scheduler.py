@@ -41,6 +41,7 @@ from sglang.srt.mem_cache.common import release_kv_cache
 from sglang.srt.model_executor.model_runner import ModelRunner, default_chunked_prefill_size
 from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
 from sglang.srt.server_args import PortArgs, ServerArgs
+from sglang.srt.utils import jit_watch
 from sglang.srt.utils.ipc import make_socket, send_obj
 
 logger = logging.getLogger(__name__)
@@ -495,6 +496,8 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
         if not self._is_fully_idle():
             return
         self.new_token_ratio = self.init_new_token_ratio
+        if self.forward_ct:  # the warm-up request is done: later Triton compiles stall real requests
+            jit_watch.mark_serving()
         self.loop_prof.report_if_busy()
         self.invariants.check_idle()
         self.maybe_log_idle()

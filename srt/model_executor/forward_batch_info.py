@@ -7,9 +7,10 @@ DECODE runs one token per request; MIXED is an extend batch whose tail rows are 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import IntEnum, auto
-from typing import TYPE_CHECKING, Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional, Tuple
 
 import torch
 
@@ -124,7 +125,11 @@ def build_decode_batch(input_ids: torch.Tensor, seq_lens: list, rows: list, out_
     loc_on_host = out_cache_loc.device.type == "cpu"
     if loc_on_host:
         cols.append(out_cache_loc.to(torch.int64))
-    dev = _to(torch.stack(cols), device)
+    # Rows padded to PACK_ALIGN_ELEMS so each row view is 128-byte aligned whatever bs is.
+    width = packed_offsets([len(rows)])[-1]
+    block = torch.zeros((len(cols), width), dtype=torch.int64)
+    block[:, :len(rows)] = torch.stack(cols)
+    dev = _to(block, device)[:, :len(rows)]
     return ForwardBatch(
         forward_mode=ForwardMode.DECODE,
         batch_size=len(rows),
@@ -139,24 +144,47 @@ def build_decode_batch(input_ids: torch.Tensor, seq_lens: list, rows: list, out_
     )
 
 
+# Each view of a packed copy starts on a 128-byte boundary. Triton specialises a kernel on whether
+# each pointer argument is 16-byte aligned; unaligned views at offsets that depend on the batch's
+# token and request counts would compile a new variant (a stall of about a second) the first time a
+# new parity combination of those counts shows up while serving.
+PACK_ALIGN_ELEMS = 16
+
+
+def packed_offsets(sizes: List[int]) -> List[int]:
+    """Start offsets (in int64 elements) of each segment of a packed copy, each rounded up to
+    PACK_ALIGN_ELEMS, plus the total length as the last entry."""
+    offs, off = [], 0
+    for n in sizes:
+        offs.append(off)
+        off += -(-n // PACK_ALIGN_ELEMS) * PACK_ALIGN_ELEMS
+    return offs + [off]
+
+
+def pack_host(tensors: List[torch.Tensor]) -> Tuple[torch.Tensor, List[int]]:
+    """One flat int64 host tensor holding every tensor at its packed_offsets start, and the offsets."""
+    offs = packed_offsets([t.numel() for t in tensors])
+    flat = torch.zeros(offs[-1], dtype=torch.int64)
+    for t, o in zip(tensors, offs):
+        flat[o:o + t.numel()] = t.reshape(-1)
+    return flat, offs
+
+
+def unpack(flat: torch.Tensor, offs: List[int], shapes: List[torch.Size]) -> List[torch.Tensor]:
+    """Views of `flat` (host or device) in the shapes packed by pack_host."""
+    return [flat[o:o + math.prod(s)].view(s) for o, s in zip(offs, shapes)]
+
+
 def to_device_packed(tensors: List[torch.Tensor], device: str) -> List[torch.Tensor]:
     """Move several small int64 host tensors to `device` with one pinned copy; returns device views
-    in the same order (tensors already on the device are passed through untouched)."""
+    in the same order, each 128-byte aligned (tensors already on the device pass through untouched)."""
     dev_type = torch.device(device).type
     host = [t for t in tensors if t.device.type != dev_type]
     if not host or dev_type == "cpu":
         return list(tensors)
-    flat = torch.cat([t.reshape(-1).to(torch.int64) for t in host])
-    moved = _to(flat, device)
-    out, off = [], 0
-    for t in tensors:
-        if t.device.type == dev_type:
-            out.append(t)
-            continue
-        n = t.numel()
-        out.append(moved[off:off + n].view(t.shape))
-        off += n
-    return out
+    flat, offs = pack_host(host)
+    views = iter(unpack(_to(flat, device), offs, [t.shape for t in host]))
+    return [t if t.device.type == dev_type else next(views) for t in tensors]
 
 
 def _to(t: torch.Tensor, device: str) -> torch.Tensor:

@@ -44,7 +44,9 @@ def _online_softmax_step(qk, v, m_i, l_i, acc, dot_dtype: tl.constexpr, v_mul, S
     return m_new, l_i, acc
 
 
-@triton.jit
+# NUM_M_BLOCKS follows the batch's longest extend; specialising on it (== 1, divisible by 16) would
+# compile new variants mid-serving for no gain (it only bounds the grid).
+@triton.jit(do_not_specialize=["NUM_M_BLOCKS"])
 def _extend_attention_kernel(
     Q, KExt, VExt, O, KBuf, VBuf, ReqToToken, ReqPoolIdx, SeqLens, ExtLens, ExtStart,
     sm_scale, logit_cap, prefix_k_scale, prefix_v_scale,
