@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The serving recipes (benchmark/README.md a-d) on the GPU machine in one call, at the guide's sizes.
+#   here, once: python benchmark/save_tokenizer.py .tok/smollm2; echo /.tok/ >> .git/info/exclude
 #   device run (carry .whl .tok):  bash benchmark/gpu_recipes.sh
 # The model is Llama-3-8B-shaped with dummy weights and the SmolLM2 tokenizer (no checkpoint can
 # reach that machine; .tok/smollm2 is the embedded model's tokenizer, saved by the converter).
