@@ -233,14 +233,17 @@ def bench_sampler(runner, batch_sizes: List[int]) -> List[dict]:
     """sample() alone on random logits: greedy vs temperature 1 (the seeded [bs, vocab] noise)."""
     rows = []
     device, vocab = runner.device, runner.vocab_size
+    from sglang.srt.layers import sampler as sampler_mod
     from sglang.srt.layers.logits_processor import LogitsProcessorOutput
 
     for bs in batch_sizes:
         logits = LogitsProcessorOutput(torch.randn(bs, vocab, device=device))
         row = {"batch_size": bs, "vocab": vocab}
-        for name, temp in (("greedy_ms", 0.0), ("temp1_ms", 1.0)):
+        for name, temp, fused in (("greedy_ms", 0.0, True), ("temp1_ms", 1.0, True), ("temp1_torch_ms", 1.0, False)):
             info = greedy_info(bs, vocab, device, temp)
+            sampler_mod.FUSED_RACE = fused  # temp1: the fused Triton race (CUDA) vs the torch noise path
             row[name] = 1e3 * median_time(lambda: runner.sample(logits, info), device, reps=20)
+        sampler_mod.FUSED_RACE = True
         rows.append(row)
     return rows
 
@@ -379,7 +382,7 @@ def report(args, name, device, bw, flops, facts: ModelFacts, runner, results: Li
               f"{(f'{step / wkv_floor:.2f}x' if step else '-'):>12} {(f'{vs_hf:.1f}x' if vs_hf else '-'):>7}")
     for s in sampler_rows:
         print(f"sampler bs {s['batch_size']} vocab {s['vocab']}: greedy {s['greedy_ms']:.3f} ms, "
-              f"temperature 1 {s['temp1_ms']:.3f} ms")
+              f"temperature 1 {s['temp1_ms']:.3f} ms (torch noise path {s['temp1_torch_ms']:.3f} ms)")
     return dict(tag=args.tag, model=name, device=device,
                 device_name=torch.cuda.get_device_name() if device == "cuda" else "cpu",
                 date=time.strftime("%Y-%m-%d %H:%M"), bandwidth=bw, matmul_flops=flops,

@@ -34,6 +34,7 @@ from sglang.srt.layers.attention.triton_ops.decode_attention import (
     decode_attention_ref,
 )
 from sglang.srt.layers.attention.triton_ops.extend_attention import extend_attention_fwd, extend_attention_ref
+from sglang.srt.layers.triton_ops.sampling import race_argmax, race_argmax_ref
 from sglang.srt.layers.triton_ops import (
     apply_rotary_emb_,
     apply_rotary_emb_ref,
@@ -222,6 +223,27 @@ def check_store_kv(n: int, num_kv_heads: int, head_dim: int, *, strided: bool = 
     return 0.0 if torch.equal(kb, kb_ref) and torch.equal(vb, vb_ref) else math.inf
 
 
+def check_race(bs: int, vocab: int, *, kind: str = "softmax", device: str = "cpu", seed: int = 0) -> float:
+    """The fused exponential race picks exactly the torch sampler's ids (0 or inf).
+    kind: softmax rows; filtered (most ids zeroed, as after top-k / top-p); uniform (hash collisions
+    give exact ties, which must go to the smallest id); strided (rows of a wider buffer)."""
+    gen = torch.Generator().manual_seed(seed)
+    width = vocab + 37 if kind == "strided" else vocab
+    probs = torch.softmax(3 * torch.randn((bs, width), generator=gen), dim=-1)[:, :vocab]
+    if kind == "filtered":
+        keep = torch.rand((bs, vocab), generator=gen) < 0.05
+        keep[:, 0] = True
+        probs = probs * keep
+        probs = probs / probs.sum(-1, keepdim=True)
+    elif kind == "uniform":
+        probs = torch.full((bs, vocab), 1.0 / vocab)
+    elif kind == "zeros":  # every score ties at 0: torch's argmax answers id 0
+        probs = torch.zeros((bs, vocab))
+    rows = torch.randint(0, 2**32, (bs,), generator=gen, dtype=torch.int64)
+    out = race_argmax(probs.to(device), rows.to(device)).cpu()
+    return 0.0 if torch.equal(out, race_argmax_ref(probs, rows)) else math.inf
+
+
 # ---------------------------------------------------------------------------------------------
 # Case lists (CPU, float32)
 # ---------------------------------------------------------------------------------------------
@@ -301,6 +323,11 @@ def fused_cases(full: bool) -> List[tuple]:
         ("rotary H4/1 D80 partial 32", lambda s: check_rotary(3, 4, 1, 80, rotary_dim=32, seed=s)),
         ("store_kv strided H3 D64", lambda s: check_store_kv(7, 3, 64, seed=s)),
         ("store_kv contiguous H2 D80", lambda s: check_store_kv(5, 2, 80, strided=False, seed=s)),
+        ("race argmax softmax bs3 V1000 (splits)", lambda s: check_race(3, 1000, seed=s)),
+        ("race argmax filtered bs2 V777", lambda s: check_race(2, 777, kind="filtered", seed=s)),
+        ("race argmax uniform ties bs4 V3000", lambda s: check_race(4, 3000, kind="uniform", seed=s)),
+        ("race argmax strided rows bs1 V300", lambda s: check_race(1, 300, kind="strided", seed=s)),
+        ("race argmax all-zero rows bs2 V500", lambda s: check_race(2, 500, kind="zeros", seed=s)),
     ]
     if full:
         cases += [

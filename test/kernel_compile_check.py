@@ -25,7 +25,7 @@ from triton.compiler import ASTSource
 
 from sglang.srt.layers.attention.triton_ops import decode_attention as da
 from sglang.srt.layers.attention.triton_ops import extend_attention as ea
-from sglang.srt.layers.triton_ops import activation, kv_store, rms_norm, rotary
+from sglang.srt.layers.triton_ops import activation, kv_store, rms_norm, rotary, sampling
 
 TARGET = GPUTarget("cuda", 90, 32)
 
@@ -160,6 +160,9 @@ def main(argv: Optional[list] = None) -> int:
                          dict(GROUP=4, D=64, DV=64, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_D=64,
                               BLOCK_DV=64, HAS_CAP=False, SLOT_INT64=False, SCALED_PREFIX=False, DOT_PREC="ieee"),
                          cfg["num_warps"], cfg["num_stages"], EXT_FLOATS)
+    ok &= compile_kernel("sampler race fp32", sampling._race_kernel,
+                         {"Probs": "*fp32", "RowHash": "*i64", "BestVal": "*fp32", "BestIdx": "*i32"},
+                         dict(NUM_SPLITS=8, BLOCK=1024), 4, 1)
     print("all compiled" if ok else "COMPILE FAILURES")
     return 0 if ok else 1
 

@@ -8,6 +8,7 @@ penalties and filtering), which is what OpenAI clients expect.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import List, Optional
 
@@ -16,6 +17,9 @@ import torch
 from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
 
 _MASK32 = 0xFFFFFFFF
+# On CUDA the noise, the division and the argmax run as one Triton kernel (same hash, same ties);
+# SGLANG_TORCH_SAMPLER=1 keeps the torch path (benchmarks compare the two).
+FUSED_RACE = os.environ.get("SGLANG_TORCH_SAMPLER", "0") != "1"
 
 
 @dataclass
@@ -36,12 +40,20 @@ def _fmix32(h: torch.Tensor) -> torch.Tensor:
     return h ^ (h >> 16)
 
 
+def row_hash(seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+    """[bs] 32-bit hashes (in int64) of (seed, output position): the per-row half of the noise."""
+    return _fmix32((seeds & _MASK32) ^ _fmix32((steps * 0x9E3779B1 + 0x7F4A7C15) & _MASK32))
+
+
+def noise_from_row_hash(rows: torch.Tensor, vocab: int) -> torch.Tensor:
+    """[bs, vocab] uniforms in (0, 1) from the row hashes and the token ids."""
+    cols = torch.arange(vocab, device=rows.device, dtype=torch.int64)
+    return bits_to_uniform(_fmix32(((rows[:, None] ^ (cols[None, :] * 0x27D4EB2F)) + 0x165667B1) & _MASK32))
+
+
 def uniform_noise(seeds: torch.Tensor, steps: torch.Tensor, vocab: int) -> torch.Tensor:
     """[bs, vocab] uniforms in (0, 1), a pure function of (seed, step, token id)."""
-    row = _fmix32((seeds & _MASK32) ^ _fmix32((steps * 0x9E3779B1 + 0x7F4A7C15) & _MASK32))
-    cols = torch.arange(vocab, device=seeds.device, dtype=torch.int64)
-    h = _fmix32(((row[:, None] ^ (cols[None, :] * 0x27D4EB2F)) + 0x165667B1) & _MASK32)
-    return bits_to_uniform(h)
+    return noise_from_row_hash(row_hash(seeds, steps), vocab)
 
 
 def bits_to_uniform(h: torch.Tensor) -> torch.Tensor:
@@ -95,8 +107,13 @@ def _sample_filtered(logits: torch.Tensor, info: SamplingBatchInfo, greedy_ids: 
     if info.need_top_k or info.need_top_p or info.need_min_p:
         probs = _filter(probs, info)
     # Exponential race: argmax p / E with E ~ Exp(1) draws a token with probability p (Gumbel-max).
-    u = uniform_noise(info.seeds, info.steps, probs.shape[-1])
-    sampled = (probs / (-torch.log(u))).argmax(dim=-1)
+    rows = row_hash(info.seeds, info.steps)
+    if probs.is_cuda and FUSED_RACE:
+        from sglang.srt.layers.triton_ops.sampling import race_argmax
+
+        sampled = race_argmax(probs, rows)
+    else:
+        sampled = (probs / (-torch.log(noise_from_row_hash(rows, probs.shape[-1])))).argmax(dim=-1)
     return torch.where(info.greedy, greedy_ids, sampled)
 
 

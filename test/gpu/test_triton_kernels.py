@@ -87,6 +87,16 @@ def test_fused_ops_cuda() -> None:
     assert kc.check_store_kv(77, 3, 64, strided=False, **BF16) == 0.0
 
 
+def test_race_argmax_cuda() -> None:
+    """The fused sampler race picks the torch sampler's ids at a real vocabulary (tl.log may differ from
+    torch's log by an ulp; with continuous random rows a flip would need a sub-ulp near-tie)."""
+    kc = _kc()
+    assert kc.check_race(64, 128256, device="cuda") == 0.0
+    assert kc.check_race(1, 151936, kind="filtered", device="cuda") == 0.0
+    assert kc.check_race(3, 49152, kind="strided", device="cuda") == 0.0
+    assert kc.check_race(2, 32000, kind="zeros", device="cuda") == 0.0
+
+
 def test_decode_cuda_graph_replay() -> None:
     """Capture once, then replay with new lengths, new slot tables and new split counts."""
     from sglang.srt.layers.attention.triton_ops.decode_attention import (
