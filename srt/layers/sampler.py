@@ -8,6 +8,7 @@ penalties and filtering), which is what OpenAI clients expect.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from typing import List, Optional
@@ -15,6 +16,8 @@ from typing import List, Optional
 import torch
 
 from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
+
+logger = logging.getLogger(__name__)
 
 _MASK32 = 0xFFFFFFFF
 # On CUDA the noise, the division and the argmax run as one Triton kernel (same hash, same ties);
@@ -108,13 +111,23 @@ def _sample_filtered(logits: torch.Tensor, info: SamplingBatchInfo, greedy_ids: 
         probs = _filter(probs, info)
     # Exponential race: argmax p / E with E ~ Exp(1) draws a token with probability p (Gumbel-max).
     rows = row_hash(info.seeds, info.steps)
-    if probs.is_cuda and FUSED_RACE:
-        from sglang.srt.layers.triton_ops.sampling import race_argmax
-
-        sampled = race_argmax(probs, rows)
-    else:
+    sampled = _fused_race(probs, rows) if probs.is_cuda and FUSED_RACE else None
+    if sampled is None:
         sampled = (probs / (-torch.log(noise_from_row_hash(rows, probs.shape[-1])))).argmax(dim=-1)
     return torch.where(info.greedy, greedy_ids, sampled)
+
+
+def _fused_race(probs: torch.Tensor, rows: torch.Tensor) -> Optional[torch.Tensor]:
+    """The Triton race, or None (and the torch path from then on) if it cannot be built here."""
+    global FUSED_RACE
+    try:
+        from sglang.srt.layers.triton_ops.sampling import race_argmax
+
+        return race_argmax(probs, rows)
+    except Exception as e:  # a Triton / driver mismatch must not take sampling down
+        logger.warning("fused sampling kernel unavailable, using the torch path: %s", e)
+        FUSED_RACE = False
+        return None
 
 
 def _filter(probs: torch.Tensor, info: SamplingBatchInfo) -> torch.Tensor:
