@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import zmq
 
-from sglang.srt.managers.io_struct import BatchStrOutput, BatchTokenIDOutput, DetokenizerError
+from sglang.srt.managers.io_struct import BatchStrOutput, BatchTokenIDOutput, DetokenizerError, map_common
 from sglang.srt.server_args import PortArgs, ServerArgs
 from sglang.srt.utils.ipc import make_socket, recv_obj, send_obj
 
@@ -144,14 +144,7 @@ def _trim_stop_str(text: str, reason: Dict[str, Any], no_stop_trim: bool) -> str
 def _select(msg: BatchTokenIDOutput, keep: List[int], out_strs: List[str]) -> BatchStrOutput:
     def pick(lst):
         return [lst[i] for i in keep] if lst else [None] * len(keep)
-    return BatchStrOutput(
-        rids=pick(msg.rids), finished_reasons=pick(msg.finished_reasons), output_strs=out_strs,
-        output_ids=pick(msg.output_ids), prompt_tokens=pick(msg.prompt_tokens),
-        completion_tokens=pick(msg.completion_tokens), cached_tokens=pick(msg.cached_tokens),
-        retraction_counts=pick(msg.retraction_counts), input_token_logprobs=pick(msg.input_token_logprobs),
-        input_top_logprobs=pick(msg.input_top_logprobs), output_token_logprobs=pick(msg.output_token_logprobs),
-        output_top_logprobs=pick(msg.output_top_logprobs), queue_times=pick(msg.queue_times),
-        first_token_times=pick(msg.first_token_times))
+    return BatchStrOutput(**map_common(msg, pick), output_strs=out_strs)
 
 
 def run_detokenizer_process(server_args: ServerArgs, port_args: PortArgs) -> None:

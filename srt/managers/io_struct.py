@@ -7,8 +7,8 @@ replies and aborts of requests that never produced a token).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Dict, List, Optional
 
 from sglang.srt.sampling.sampling_params import SamplingParams
 
@@ -82,18 +82,12 @@ class HealthCheckOutput:
 # ---------------------------------------------------------------- scheduler -> detokenizer
 
 
-@dataclass
-class BatchTokenIDOutput:
+@dataclass(kw_only=True)
+class BatchOutputCommon:
+    """Per-request lists that both output messages carry, in the same order as rids."""
     rids: List[str]
     finished_reasons: List[Optional[Dict[str, Any]]]
-    # Incremental detokenization: ids appended to each request's decode window, and the
-    # read offset inside the window (sent only on a request's first message, else -1).
-    decode_ids: List[List[int]]
-    read_offsets: List[int]
     output_ids: List[List[int]]          # new output ids since the last message
-    skip_special_tokens: List[bool]
-    spaces_between_special_tokens: List[bool]
-    no_stop_trim: List[bool]
     prompt_tokens: List[int]
     completion_tokens: List[int]
     cached_tokens: List[int]
@@ -107,25 +101,28 @@ class BatchTokenIDOutput:
     first_token_times: List[Optional[float]] = field(default_factory=list)
 
 
+def map_common(msg: BatchOutputCommon, fn: Callable[[List[Any]], List[Any]]) -> Dict[str, List[Any]]:
+    """The BatchOutputCommon fields of msg, each list passed through fn (to select or fill rows)."""
+    return {f.name: fn(getattr(msg, f.name)) for f in fields(BatchOutputCommon)}
+
+
+@dataclass
+class BatchTokenIDOutput(BatchOutputCommon):
+    # Incremental detokenization: ids appended to each request's decode window, and the
+    # read offset inside the window (sent only on a request's first message, else -1).
+    decode_ids: List[List[int]]
+    read_offsets: List[int]
+    skip_special_tokens: List[bool]
+    spaces_between_special_tokens: List[bool]
+    no_stop_trim: List[bool]
+
+
 # ---------------------------------------------------------------- detokenizer -> tokenizer
 
 
 @dataclass
-class BatchStrOutput:
-    rids: List[str]
-    finished_reasons: List[Optional[Dict[str, Any]]]
+class BatchStrOutput(BatchOutputCommon):
     output_strs: List[str]               # new text since the last message (a delta)
-    output_ids: List[List[int]]          # new output ids since the last message
-    prompt_tokens: List[int]
-    completion_tokens: List[int]
-    cached_tokens: List[int]
-    retraction_counts: List[int]
-    input_token_logprobs: List[Optional[List[Any]]] = field(default_factory=list)
-    input_top_logprobs: List[Optional[List[Any]]] = field(default_factory=list)
-    output_token_logprobs: List[Optional[List[Any]]] = field(default_factory=list)
-    output_top_logprobs: List[Optional[List[Any]]] = field(default_factory=list)
-    queue_times: List[Optional[float]] = field(default_factory=list)
-    first_token_times: List[Optional[float]] = field(default_factory=list)
 
 
 @dataclass

@@ -32,6 +32,7 @@ from sglang.srt.managers.io_struct import (
     SchedulerMetrics,
     SchedulerReady,
     TokenizedGenerateReqInput,
+    map_common,
 )
 from sglang.srt.sampling.sampling_params import SamplingParams
 from sglang.srt.server_args import PortArgs, ServerArgs
@@ -489,10 +490,4 @@ def _ids_only(msg: BatchTokenIDOutput) -> BatchStrOutput:
 
     def each(lst):
         return list(lst) if lst else [None] * n
-    return BatchStrOutput(
-        rids=msg.rids, finished_reasons=msg.finished_reasons, output_strs=[""] * n, output_ids=msg.output_ids,
-        prompt_tokens=msg.prompt_tokens, completion_tokens=msg.completion_tokens, cached_tokens=msg.cached_tokens,
-        retraction_counts=msg.retraction_counts, input_token_logprobs=each(msg.input_token_logprobs),
-        input_top_logprobs=each(msg.input_top_logprobs), output_token_logprobs=each(msg.output_token_logprobs),
-        output_top_logprobs=each(msg.output_top_logprobs), queue_times=each(msg.queue_times),
-        first_token_times=each(msg.first_token_times))
+    return BatchStrOutput(**map_common(msg, each), output_strs=[""] * n)
