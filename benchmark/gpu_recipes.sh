@@ -64,7 +64,11 @@ GSP=(--dataset-name generated-shared-prefix --gsp-num-groups 4 --gsp-prompts-per
 QUEUE=(--dataset-name random --num-prompts 64 --max-concurrency 64 --random-input-len "$C_IN" --random-output-len "$C_OUT")
 STREAM=(--dataset-name random --num-prompts 16 --max-concurrency 4 --random-input-len 128 --random-output-len "$D_OUT")
 
-if start_server radix-on; then
+# SERVERS picks which servers run (default the four above); "si1" is a server for the (d) peer alone,
+# so SERVERS="si1 si8" measures the stream-interval pair by itself.
+SERVERS=${SERVERS:-"on off queue si8"}
+want() { [[ " $SERVERS " == *" $1 "* ]]; }
+if want on && start_server radix-on; then
   bench a-radix-on "${GSP[@]}"
   get "$URL/metrics" | grep -E '^sglang:(cache_hit_rate|cached_tokens_total|prompt_tokens_total)' >> "$LOG"
   echo "=== run b-stability" >> "$LOG"
@@ -75,10 +79,12 @@ if start_server radix-on; then
   bench d-stream-interval-1 "${STREAM[@]}"
 fi
 stop_server
-if start_server radix-off --disable-radix-cache; then bench a-radix-off "${GSP[@]}"; fi
+if want si1 && start_server stream-interval-1; then bench d-stream-interval-1 "${STREAM[@]}"; fi
 stop_server
-if start_server queue-limit --max-queued-requests 4; then bench c-queue-limit-4 "${QUEUE[@]}"; fi
+if want off && start_server radix-off --disable-radix-cache; then bench a-radix-off "${GSP[@]}"; fi
 stop_server
-if start_server stream-interval-8 --stream-interval 8; then bench d-stream-interval-8 "${STREAM[@]}"; fi
+if want queue && start_server queue-limit --max-queued-requests 4; then bench c-queue-limit-4 "${QUEUE[@]}"; fi
+stop_server
+if want si8 && start_server stream-interval-8 --stream-interval 8; then bench d-stream-interval-8 "${STREAM[@]}"; fi
 stop_server
 grep -E "^=== " "$LOG"
