@@ -103,6 +103,8 @@ class ServerArgs:
     node_rank: int = _f(0, "This node's rank.")
     dist_init_addr: Optional[str] = _f(None, "host:port of the torch.distributed rendezvous (multi-node).")
     dist_timeout: int = _f(600, "Seconds before a collective times out.")
+    force_distributed: bool = _f(False, "Set up torch.distributed (NCCL on CUDA) even with --tp-size 1, so every "
+                                 "collective of the tensor-parallel path runs in a world of one (for testing).")
     base_gpu_id: int = _f(0, "First GPU index to use.")
 
     # ---- structured output ----

@@ -100,6 +100,22 @@ def test_tp2_server_matches_tp1(tp_servers):
     two.check_idle_invariant()
 
 
+def test_forced_world_of_one_matches_plain_tp1(tp_servers, tiny_models):
+    """--force-distributed runs every collective of the TP path (all-reduce, vocab gather, object
+    broadcasts) through torch.distributed with one rank: on the GPU machine this is NCCL on one GPU."""
+    one, _ = tp_servers
+    forced = ServerProcess(["--model-path", tiny_models["llama"], "--max-total-tokens", "4096", "--force-distributed"])
+    try:
+        kw = dict(text=[f"Request {i}: {TEXT}" for i in range(3)],
+                  sampling_params={"max_new_tokens": 12, "temperature": 0})
+        assert [x["output_ids"] for x in generate(forced.url, **kw).json()] == \
+            [y["output_ids"] for y in generate(one.url, **kw).json()]
+        assert "tensor parallel rank 0/1 ready (gloo)" in forced.log_text()
+        forced.check_idle_invariant()
+    finally:
+        forced.stop()
+
+
 def test_tp2_abort_and_retraction(tiny_models, tp_servers):
     one, _ = tp_servers
     path = tiny_models["llama"]

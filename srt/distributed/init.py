@@ -20,7 +20,7 @@ SAFE_NCCL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1
 
 def init_distributed(server_args, nccl_port: int, tp_rank: int, device: str) -> None:
     world = server_args.tp_size
-    if world == 1:
+    if world == 1 and not server_args.force_distributed:
         return
     for k, v in SAFE_NCCL_ENV.items():
         os.environ.setdefault(k, v)

@@ -1,8 +1,9 @@
 """Tensor-parallel group state and the few collectives the layers need.
 
-With tp_size 1 every collective is the identity, so the single-rank path pays nothing. With more
-ranks the scheduler process calls init_tensor_parallel() once, after torch.distributed is set up
-(NCCL on CUDA, gloo on the CPU).
+Without a process group every collective is the identity, so the single-rank path pays nothing.
+With more ranks (or one rank and --force-distributed, which runs the multi-rank code paths through a
+world of one) the scheduler process calls init_tensor_parallel() once, after torch.distributed is set
+up (NCCL on CUDA, gloo on the CPU).
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ def get_tp_size() -> int:
     return _TP_SIZE
 
 
+def tp_distributed() -> bool:
+    """Collectives go through torch.distributed (more than one rank, or a forced world of one)."""
+    return _TP_GROUP is not None
+
+
 def get_tp_group() -> Optional[dist.ProcessGroup]:
     return _TP_GROUP
 
@@ -41,7 +47,7 @@ def get_tp_cpu_group() -> Optional[dist.ProcessGroup]:
 
 
 def tp_all_reduce(x: torch.Tensor) -> torch.Tensor:
-    if _TP_SIZE == 1:
+    if _TP_GROUP is None:
         return x
     dist.all_reduce(x, group=_TP_GROUP)
     return x
@@ -49,7 +55,7 @@ def tp_all_reduce(x: torch.Tensor) -> torch.Tensor:
 
 def tp_all_gather(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Concatenate every rank's shard along `dim`."""
-    if _TP_SIZE == 1:
+    if _TP_GROUP is None:
         return x
     parts = [torch.empty_like(x) for _ in range(_TP_SIZE)]
     dist.all_gather(parts, x.contiguous(), group=_TP_GROUP)
@@ -58,7 +64,7 @@ def tp_all_gather(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
 def tp_broadcast_object(obj, src: int = 0):
     """rank `src`'s Python object on every rank (identity with one rank)."""
-    if _TP_SIZE == 1:
+    if _TP_GROUP is None:
         return obj
     box = [obj if _TP_RANK == src else None]
     dist.broadcast_object_list(box, src=src, group=_CPU_GROUP)
@@ -66,7 +72,7 @@ def tp_broadcast_object(obj, src: int = 0):
 
 
 def tp_all_gather_object(obj) -> list:
-    if _TP_SIZE == 1:
+    if _TP_GROUP is None:
         return [obj]
     out = [None] * _TP_SIZE
     dist.all_gather_object(out, obj, group=_CPU_GROUP)
@@ -74,7 +80,7 @@ def tp_all_gather_object(obj) -> list:
 
 
 def tp_min_int(x: int) -> int:
-    if _TP_SIZE == 1:
+    if _TP_GROUP is None:
         return x
     t = torch.tensor([x], dtype=torch.int64)
     dist.all_reduce(t, op=dist.ReduceOp.MIN, group=_CPU_GROUP)

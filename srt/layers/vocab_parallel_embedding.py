@@ -9,7 +9,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from sglang.srt.layers.linear import linear
-from sglang.srt.distributed.parallel_state import get_tp_rank, get_tp_size, tp_all_gather, tp_all_reduce
+from sglang.srt.distributed.parallel_state import (get_tp_rank, get_tp_size, tp_all_gather, tp_all_reduce,
+                                                  tp_distributed)
 
 
 def pad_vocab(vocab_size: int, tp_size: int, multiple: int = 64) -> int:
@@ -37,7 +38,7 @@ class VocabParallelEmbedding(nn.Module):
         param.data[:n].copy_(loaded[self.start:self.end])
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        if self.tp_size == 1:
+        if not tp_distributed():
             return F.embedding(input_ids, self.weight)
         mask = (input_ids >= self.start) & (input_ids < self.end)
         local = torch.where(mask, input_ids - self.start, torch.zeros_like(input_ids))
@@ -51,6 +52,6 @@ class ParallelLMHead(VocabParallelEmbedding):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         logits = linear(hidden, self.weight)
-        if self.tp_size > 1:
+        if tp_distributed():
             logits = tp_all_gather(logits, dim=-1)
         return logits[..., : self.num_embeddings]

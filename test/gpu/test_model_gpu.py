@@ -130,12 +130,12 @@ def test_fp8_kv_close_to_bf16(tiny_ckpts) -> None:
     assert err < 0.1, f"rel {err:.2e}"
 
 
-def _engine_outputs(path: str, device: str, prompts, overlap: bool) -> List[List[int]]:
+def _engine_outputs(path: str, device: str, prompts, overlap: bool, **extra) -> List[List[int]]:
     from sglang.srt.entrypoints.engine import Engine
 
     sp = {"max_new_tokens": STEPS, "temperature": 0, "ignore_eos": True}
     with Engine(model_path=path, device=device, dtype="float32", skip_tokenizer_init=True,
-                max_total_tokens=16384, cuda_graph_max_bs=16, disable_overlap_schedule=not overlap) as e:
+                max_total_tokens=16384, cuda_graph_max_bs=16, disable_overlap_schedule=not overlap, **extra) as e:
         outs = e.generate(input_ids=prompts, sampling_params=[dict(sp) for _ in prompts])
     return [o["output_ids"] for o in outs]
 
@@ -148,3 +148,12 @@ def test_engine_greedy_equals_cpu_engine(tiny_ckpts) -> None:
     cpu = _engine_outputs(path, "cpu", prompts, overlap=False)
     assert _engine_outputs(path, "cuda", prompts, overlap=True) == cpu
     assert _engine_outputs(path, "cuda", prompts, overlap=False) == cpu
+
+
+def test_nccl_world_of_one_equals_plain(tiny_ckpts) -> None:
+    """--force-distributed on one GPU: NCCL all-reduce / all-gather (also inside the captured decode
+    graphs) and the gloo object broadcasts of the TP path, in a world of one, give the same tokens."""
+    path = tiny_ckpts["qwen3"]
+    prompts = _prompts(5, 49152)
+    plain = _engine_outputs(path, "cuda", prompts, overlap=True)
+    assert _engine_outputs(path, "cuda", prompts, overlap=True, force_distributed=True) == plain
