@@ -1,7 +1,8 @@
 """Model names: which `model` values this server answers to, and the /v1/models cards.
 
 One model is served; it answers to its served name and to its model path (clients often send the
-path they launched with). Anything else is a 404, so a client pointed at the wrong server notices.
+path they launched with). A request naming any other model is a bad request (400) that says so, so a
+client pointed at the wrong server notices; GET /v1/models/{other} is a 404 (no such resource).
 """
 
 from __future__ import annotations
@@ -29,11 +30,12 @@ class ModelRegistry:
         return names
 
     def resolve(self, name: Optional[str]) -> str:
-        """The model name to echo in responses; 404 for a model this server does not serve."""
+        """The model name to echo in responses; 400 for a model this server does not serve."""
         if name is None:
             return self.served_name()
         if name not in self.names():
-            raise OpenAIError(404, f"The model `{name}` does not exist.", "model")
+            raise OpenAIError(400, f"The model `{name}` does not exist; this server serves "
+                                   f"`{self.served_name()}`.", "model")
         return name
 
     def card(self, name: str) -> Dict[str, Any]:
