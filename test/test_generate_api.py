@@ -167,6 +167,8 @@ def test_stream_interval_per_request(server_url):
     ({"text": "hi" * 20000}, "context length"),
     ({"text": 5}, "text"),
     ({"text": "hi", "return_logprob": True, "logprob_start_len": 50}, "logprob_start_len"),
+    # once crashed the scheduler (topk over more than the vocabulary)
+    ({"text": "hi", "return_logprob": True, "top_logprobs_num": 10 ** 6}, "top_logprobs_num"),
 ])
 def test_bad_requests_get_400_and_server_keeps_serving(server_url, body, fragment):
     for stream in (False, True):

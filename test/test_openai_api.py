@@ -333,6 +333,9 @@ def test_response_format_json_schema(client):
     ("chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "text"),
     ("chat/completions", {"messages": MESSAGES, "top_logprobs": 2}, "logprobs"),
     ("chat/completions", {"messages": MESSAGES, "max_tokens": 100000, "stream": True}, "context length"),
+    ("chat/completions", {"messages": [{"role": "wizard", "content": "hi"}]}, "role"),
+    ("chat/completions", {"messages": MESSAGES, "tools": [{"type": "function", "function": {"name": "f"}}]},
+     "not supported"),
 ])
 def test_bad_requests_are_400_in_openai_format(server_url, route, body, fragment):
     r = requests.post(f"{server_url}/v1/{route}", json=dict(body, model=MODEL), timeout=60)

@@ -69,7 +69,7 @@ class LogitsProcessor:
             tgt = targets[s:s + _LOGPROB_CHUNK]
             token_lp.append(lp.gather(1, tgt.unsqueeze(1)).squeeze(1))
             if max_k > 0:
-                v, i = lp.topk(max_k, dim=-1)
+                v, i = lp.topk(min(max_k, lp.shape[-1]), dim=-1)  # validated upstream; never crash here
                 top_v.append(v)
                 top_i.append(i)
         out.input_token_logprobs = torch.cat(token_lp)

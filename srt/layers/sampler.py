@@ -99,7 +99,7 @@ def sample(logits: torch.Tensor, info: SamplingBatchInfo, return_logprob: bool =
     out = SampleOutput(next_token_ids=ids, invalid=dead)
     if return_logprob:
         out.next_token_logprobs = raw_logprobs.gather(1, ids.unsqueeze(1)).squeeze(1)
-        k = max(top_logprobs_nums or [0])
+        k = min(max(top_logprobs_nums or [0]), raw_logprobs.shape[-1])  # validated upstream; never crash here
         if k > 0:
             out.top_logprobs_val, out.top_logprobs_idx = raw_logprobs.topk(k, dim=-1)
     return out

@@ -273,6 +273,9 @@ class TokenizerManager:
         self._validate_length(ids, sp, "max_new_tokens" in sp_dict and sp_dict["max_new_tokens"] is not None)
         if any(t < 0 or t >= self.vocab_size for t in ids):
             raise ValueError(f"Input token ids must be in [0, {self.vocab_size}).")
+        if item["top_logprobs_num"] > self.vocab_size:
+            raise ValueError(f"top_logprobs_num ({item['top_logprobs_num']}) is larger than the vocabulary "
+                             f"({self.vocab_size}).")
         if item["return_logprob"] and item["logprob_start_len"] > len(ids):
             raise ValueError(f"logprob_start_len ({item['logprob_start_len']}) is greater than the input "
                              f"length ({len(ids)}).")

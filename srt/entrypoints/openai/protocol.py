@@ -103,7 +103,7 @@ class ContentPart(_Body):
 
 
 class ChatMessage(_Body):
-    role: str
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: Optional[Union[str, List[ContentPart]]] = None
     name: Optional[str] = None
 
@@ -114,6 +114,16 @@ class ChatCompletionRequest(SamplingFields):
     max_completion_tokens: Optional[int] = Field(None, ge=1)
     logprobs: bool = False
     top_logprobs: Optional[int] = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+    tools: Optional[List[Any]] = None
+    functions: Optional[List[Any]] = None
+
+    @field_validator("tools", "functions")
+    @classmethod
+    def _no_tool_calls(cls, v: Optional[List[Any]]) -> Optional[List[Any]]:
+        # Ignoring them would answer a tool-calling client with plain text it cannot tell from a refusal.
+        if v:
+            raise ValueError("tool / function calling is not supported by this server")
+        return v
 
     def max_new_tokens(self) -> Optional[int]:
         # max_completion_tokens replaces the deprecated max_tokens; None runs to the context limit.
