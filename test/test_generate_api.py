@@ -229,6 +229,12 @@ def test_abort_request_by_rid_and_all(server_url):
         assert m["completion_tokens"] == len(r.json()["output_ids"]) < 400
 
 
+@pytest.mark.parametrize("body", [{"foo": 1}, {}, {"rid": 5}, {"rid": ""}, {"abort_all": "yes"}, [1]])
+def test_bad_abort_bodies_are_400(server_url, body):
+    r = requests.post(server_url + "/abort_request", json=body, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["message"], r.text
+
+
 def test_client_disconnect_mid_stream_frees_the_request(server_url, default_server):
     body = {"text": "Write a very long poem", "stream": True,
             "sampling_params": {"max_new_tokens": 500, "ignore_eos": True}}

@@ -166,9 +166,14 @@ def _add_native_routes(app: FastAPI, state: ServerState) -> None:
             body = await read_json(request)
             if not isinstance(body, dict):
                 raise ValueError("The body must be a JSON object with `rid` or `abort_all`.")
-            rid, abort_all = body.get("rid", ""), bool(body.get("abort_all", False))
-            if not abort_all and not isinstance(rid, str):
-                raise ValueError("`rid` must be a string.")
+            unknown = sorted(set(body) - {"rid", "abort_all"})
+            if unknown:
+                raise ValueError(f"Unknown field(s): {', '.join(unknown)}; send `rid` or `abort_all`.")
+            rid, abort_all = body.get("rid"), body.get("abort_all", False)
+            if not isinstance(abort_all, bool):
+                raise ValueError("`abort_all` must be a boolean.")
+            if not abort_all and not (isinstance(rid, str) and rid):
+                raise ValueError("`rid` must be a non-empty string (or send abort_all: true).")
         except ValueError as e:
             return bad_request(str(e))
         await tm().abort_request(rid or "", abort_all)
