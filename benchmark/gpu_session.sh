@@ -8,7 +8,8 @@ set -uo pipefail
 OUT=${OUT:-benchmark/out}
 mkdir -p "$OUT"
 source "$(dirname "$0")/gpu_env.sh"
-# Stages can be picked: STAGES="tests one_batch one_batch_fp8 offline kernels" (default all).
+# Stages can be picked: STAGES="tests one_batch one_batch_fp8 offline kernels gemv one_batch_gemv recipes"
+# (default: the first five).
 STAGES=${STAGES:-"tests one_batch one_batch_fp8 offline kernels"}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 # At most 8 files come back from $OUT: stages append to a few logs.
@@ -68,5 +69,12 @@ if has one_batch_gemv; then
   # The same decode steps with the Triton skinny-matmul kernel bound for batches of <= 4 rows.
   stage one_batch 150 env SGLANG_TRITON_GEMV=1 python3 benchmark/bench_one_batch.py "${ONE[@]}" \
     --result-file "$OUT/one_batch.jsonl" --tag triton_gemv
+fi
+if has recipes; then
+  # Serving recipes through real servers (benchmark/gpu_recipes.sh; carry .tok too). Servers in
+  # RECIPE_SERVERS (default: the stream-interval pair); the Triton compile log lines land in servers.log.
+  # Files: recipes.{log,jsonl}, servers.log, serving.log: with tests + one_batch that is the 8 that come back.
+  stage serving 240 env SERVERS="${RECIPE_SERVERS:-si1 si8}" OUT="$OUT" bash benchmark/gpu_recipes.sh
+  grep -h "Triton compiled" "$OUT/servers.log" | tee -a "$OUT/summary.txt"
 fi
 python3 benchmark/gpu_summary.py "$OUT" | tee -a "$OUT/summary.txt"
