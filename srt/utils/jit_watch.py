@@ -26,23 +26,28 @@ def _name(kw: Dict[str, Any]) -> str:
 def _on_miss(chain: Optional[Callable]) -> Callable:
     def hook(**kw: Any) -> Optional[bool]:
         _state["starts"][str(kw.get("key"))] = time.perf_counter()
-        return chain(**kw) if chain else None
+        return chain(**kw) if chain else None  # a truthy answer would make Triton skip the compile
     return hook
 
 
 def _on_compiled(chain: Optional[Callable]) -> Callable:
     def hook(**kw: Any) -> Optional[bool]:
-        key = str(kw.get("key"))
-        dt = time.perf_counter() - _state["starts"].pop(key, time.perf_counter())
-        name = _name(kw)
-        _state["counts"][name] = _state["counts"].get(name, 0) + 1
-        if _state["serving"]:
-            logger.warning("Triton compiled %s variant #%d while serving in %.2f s: %s", name,
-                           _state["counts"][name], dt, kw.get("repr", ""))
-        else:
-            logger.debug("Triton compiled %s variant #%d in %.2f s", name, _state["counts"][name], dt)
+        try:
+            _record(kw)
+        except Exception:  # bookkeeping must never break a kernel launch
+            logger.debug("jit_watch could not record a compile", exc_info=True)
         return chain(**kw) if chain else None
     return hook
+
+
+def _record(kw: Dict[str, Any]) -> None:
+    dt = time.perf_counter() - _state["starts"].pop(str(kw.get("key")), time.perf_counter())
+    name = _name(kw)
+    n = _state["counts"][name] = _state["counts"].get(name, 0) + 1
+    if _state["serving"]:
+        logger.warning("Triton compiled %s variant #%d while serving in %.2f s: %s", name, n, dt, kw.get("repr", ""))
+    else:
+        logger.debug("Triton compiled %s variant #%d in %.2f s", name, n, dt)
 
 
 def install() -> bool:
