@@ -20,9 +20,9 @@ URL="http://127.0.0.1:$PORT"
 MODEL_DIR=/tmp/sgl-recipe-model
 LOG="$OUT/recipes.log"
 if [[ ${SMOKE:-0} == 1 ]]; then
-  CFG=tiny-llama; SYS=256; Q=16; GEN=8; B_SYS=300; C_IN=64; C_OUT=8; D_OUT=24; EXTRA=(--max-total-tokens 8192)
+  CFG=tiny-llama; SYS=256; Q=16; GEN=8; B_SYS=300; C_IN=64; C_OUT=8; D_OUT=24; E_OUT=8; EXTRA=(--max-total-tokens 8192)
 else
-  CFG=llama3-8b; SYS=2048; Q=128; GEN=256; B_SYS=2000; C_IN=256; C_OUT=32; D_OUT=128; EXTRA=()
+  CFG=llama3-8b; SYS=2048; Q=128; GEN=256; B_SYS=2000; C_IN=256; C_OUT=32; D_OUT=128; E_OUT=128; EXTRA=()
 fi
 python3 benchmark/model_configs.py "$CFG" "$MODEL_DIR" --tokenizer-dir "${TOK_DIR:-.tok/smollm2}" >/dev/null || exit 1
 { date -u; nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null; } | tee -a "$LOG"
@@ -63,9 +63,10 @@ GSP=(--dataset-name generated-shared-prefix --gsp-num-groups 4 --gsp-prompts-per
      --gsp-question-len "$Q" --gsp-output-len "$GEN" --max-concurrency 8 --flush-cache)
 QUEUE=(--dataset-name random --num-prompts 64 --max-concurrency 64 --random-input-len "$C_IN" --random-output-len "$C_OUT")
 STREAM=(--dataset-name random --num-prompts 16 --max-concurrency 4 --random-input-len 128 --random-output-len "$D_OUT")
+OVERLAP=(--dataset-name random --num-prompts 256 --max-concurrency 64 --random-input-len 512 --random-output-len "$E_OUT")
 
 # SERVERS picks which servers run (default the four above); "si1" is a server for the (d) peer alone,
-# so SERVERS="si1 si8" measures the stream-interval pair by itself.
+# so SERVERS="si1 si8" measures the stream-interval pair by itself; "eon eoff" adds recipe (e).
 SERVERS=${SERVERS:-"on off queue si8"}
 want() { [[ " $SERVERS " == *" $1 "* ]]; }
 if want on && start_server radix-on; then
@@ -86,5 +87,10 @@ stop_server
 if want queue && start_server queue-limit --max-queued-requests 4; then bench c-queue-limit-4 "${QUEUE[@]}"; fi
 stop_server
 if want si8 && start_server stream-interval-8 --stream-interval 8; then bench d-stream-interval-8 "${STREAM[@]}"; fi
+stop_server
+# (e) overlap schedule on vs off, decode-heavy: only when asked for (SERVERS="eon eoff").
+if want eon && start_server overlap-on; then bench e-overlap-on "${OVERLAP[@]}"; fi
+stop_server
+if want eoff && start_server overlap-off --disable-overlap-schedule; then bench e-overlap-off "${OVERLAP[@]}"; fi
 stop_server
 grep -E "^=== " "$LOG"

@@ -72,9 +72,9 @@ if has one_batch_gemv; then
 fi
 if has recipes; then
   # Serving recipes through real servers (benchmark/gpu_recipes.sh; carry .tok too). Servers in
-  # RECIPE_SERVERS (default: the stream-interval pair); the Triton compile log lines land in servers.log.
+  # RECIPE_SERVERS (default: the stream-interval and overlap pairs); the Triton compile log lines land in servers.log.
   # Files: recipes.{log,jsonl}, servers.log, serving.log: with tests + one_batch that is the 8 that come back.
-  stage serving 240 env SERVERS="${RECIPE_SERVERS:-si1 si8}" OUT="$OUT" bash benchmark/gpu_recipes.sh
+  stage serving 240 env SERVERS="${RECIPE_SERVERS:-si1 si8 eon eoff}" OUT="$OUT" bash benchmark/gpu_recipes.sh
   grep -h "Triton compiled" "$OUT/servers.log" | tee -a "$OUT/summary.txt"
 fi
 python3 benchmark/gpu_summary.py "$OUT" | tee -a "$OUT/summary.txt"
