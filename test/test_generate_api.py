@@ -169,6 +169,8 @@ def test_stream_interval_per_request(server_url):
     ({"text": "hi", "return_logprob": True, "logprob_start_len": 50}, "logprob_start_len"),
     # once crashed the scheduler (topk over more than the vocabulary)
     ({"text": "hi", "return_logprob": True, "top_logprobs_num": 10 ** 6}, "top_logprobs_num"),
+    ({"text": "hi", "sampling_params": {"n": 10 ** 6}}, "n must be"),  # once fanned out a million requests
+    ({"text": "hi", "sampling_params": {"top_k": None, "stop_token_ids": None, "n": 0}}, "n must be"),
 ])
 def test_bad_requests_get_400_and_server_keeps_serving(server_url, body, fragment):
     for stream in (False, True):

@@ -154,3 +154,19 @@ def test_masked_tokens_are_never_sampled():
     logits[:, 17] = 3.0
     reqs = [_req(i, temperature=1.0, sampling_seed=i) for i in range(512)]
     assert set(sample(logits, _info(reqs)).next_token_ids.tolist()) == {17}
+
+
+def test_null_sampling_fields_mean_defaults_and_bad_ones_are_errors():
+    """JSON null for any field is its default (it once reached verify() as None: a 500); n is bounded."""
+    from dataclasses import fields
+
+    from sglang.srt.sampling.sampling_params import MAX_N, SamplingParams
+
+    names = SamplingParams.field_names()
+    sp = SamplingParams.from_dict({name: None for name in names})
+    sp.verify(1000)
+    default = SamplingParams()
+    assert all(getattr(sp, f.name) == getattr(default, f.name) for f in fields(SamplingParams) if f.name in names)
+    for bad in ({"n": MAX_N + 1}, {"n": 0}, {"top_k": 0}, {"temperature": float("nan")}):
+        with pytest.raises(ValueError):
+            SamplingParams.from_dict(bad).verify(1000)

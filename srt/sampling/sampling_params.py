@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Dict, List, Optional, Union
 
 _MAX_NEW_TOKENS_DEFAULT = 128
@@ -93,8 +93,8 @@ class SamplingParams:
         if self.max_new_tokens is not None and self.min_new_tokens > self.max_new_tokens:
             raise ValueError(f"min_new_tokens ({self.min_new_tokens}) must be <= max_new_tokens "
                              f"({self.max_new_tokens})")
-        if self.n < 1:
-            raise ValueError(f"n must be at least 1, got {self.n}")
+        if not 1 <= self.n <= MAX_N:  # the OpenAI bound; n fans out to n requests before any is checked
+            raise ValueError(f"n must be in [1, {MAX_N}], got {self.n}")
         if self.stream_interval is not None and self.stream_interval < 1:
             raise ValueError(f"stream_interval must be at least 1, got {self.stream_interval}")
         if self.stop_token_ids:
@@ -151,6 +151,7 @@ class SamplingParams:
         return {k: getattr(self, k) for k in self.field_names()}
 
 
+MAX_N = 128
 _INT_FIELDS = {"max_new_tokens", "min_new_tokens", "top_k", "stream_interval", "sampling_seed", "n"}
 _FLOAT_FIELDS = {"temperature", "top_p", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty"}
 _BOOL_FIELDS = {"ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim"}
@@ -159,8 +160,8 @@ _STR_FIELDS = {"json_schema", "regex", "ebnf", "structural_tag"}
 
 def _coerce(name: str, v: Any) -> Any:
     """Type-check one body field; JSON gives us ints for floats and the like."""
-    if v is None:
-        return None if name not in _BOOL_FIELDS and name not in ("min_new_tokens", "n") else _default(name)
+    if v is None:  # JSON null (OpenAI-style clients send them) means "the default", for every field
+        return _default(name)
     if name in _INT_FIELDS:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not v.is_integer()):
             raise ValueError(f"{name} must be an integer, got {v!r}")
@@ -207,7 +208,7 @@ def _coerce(name: str, v: Any) -> Any:
 def _default(name: str) -> Any:
     for f in fields(SamplingParams):
         if f.name == name:
-            return f.default
+            return f.default_factory() if f.default_factory is not MISSING else f.default
     return None
 
 
