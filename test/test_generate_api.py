@@ -286,3 +286,15 @@ def test_fuzzed_generate_bodies_get_200_or_a_400_with_a_message(server_url, top,
     assert r.status_code in (200, 400), (r.status_code, r.text[:300], body)
     if r.status_code == 400:
         assert r.json()["error"]["message"], body
+
+
+def test_every_field_with_each_extreme_value_gets_200_or_400(server_url):
+    """One field at a time, each extreme value (the fuzz above draws combinations and may miss a pair)."""
+    for value in (None, -1, 0, 10 ** 6, 1e30, "x", [], {}):
+        bodies = [{"text": "Count to three", "sampling_params": {"max_new_tokens": 2}, key: value} for key in _TOP_KEYS
+                  if key != "sampling_params"]
+        bodies += [{"text": "Count to three", "sampling_params": {"max_new_tokens": 2, key: value}}
+                   for key in _SAMPLING_KEYS if not (key == "max_new_tokens" and value is None)]
+        for body in bodies:
+            r = requests.post(server_url + "/generate", data=json.dumps(body), timeout=120)
+            assert r.status_code in (200, 400), (r.status_code, r.text[:300], body)

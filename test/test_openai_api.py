@@ -14,6 +14,8 @@ import jsonschema
 import openai
 import pytest
 import requests
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from server_utils import ServerProcess, generate
 from sglang.srt.entrypoints.openai.choices import Choices
@@ -418,3 +420,47 @@ def test_api_key_required_on_v1_routes():
                 == info["max_total_num_tokens"])
     finally:
         srv.stop()
+
+
+# ---------------------------------------------------------------------------- fuzzing
+_ODD = st.none() | st.sampled_from([0, 1, -1, 2, 50, 10 ** 6, 0.5, -0.5, 1e30, "x", "", True, False, [], [1], ["a"], {},
+                                    {"1": 2}, [[1]], 49152, {"type": "text"}, {"type": "json_object"}, MESSAGES])
+_COMPLETION_KEYS = ["prompt", "max_tokens", "temperature", "top_p", "n", "stop", "logprobs", "echo", "presence_penalty",
+                    "frequency_penalty", "seed", "logit_bias", "stream", "suffix", "top_k", "min_p", "regex",
+                    "response_format", "stream_options", "ignore_eos"]
+_CHAT_KEYS = ["messages", "max_tokens", "temperature", "top_p", "n", "stop", "logprobs", "top_logprobs",
+              "presence_penalty", "frequency_penalty", "seed", "logit_bias", "stream", "response_format", "tools",
+              "tool_choice", "stream_options", "top_k", "regex", "json_schema"]
+
+
+@settings(max_examples=80, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(chat=st.booleans(), fields=st.data())
+def test_fuzzed_openai_bodies_get_200_or_a_400_in_openai_format(server_url, chat, fields):
+    keys = _CHAT_KEYS if chat else _COMPLETION_KEYS
+    body = {"model": MODEL, **({"messages": MESSAGES} if chat else {"prompt": PROMPT})}
+    body.update(fields.draw(st.dictionaries(st.sampled_from(keys), _ODD, max_size=3)))
+    mt = body.get("max_tokens")
+    if mt is None or (isinstance(mt, int) and not isinstance(mt, bool) and mt > 2):
+        body["max_tokens"] = 2  # long valid generations are not what this test is about
+    if isinstance(body.get("n"), int) and not isinstance(body["n"], bool) and body["n"] > 2:
+        body["n"] = 2
+    r = requests.post(f"{server_url}/v1/{'chat/completions' if chat else 'completions'}", data=json.dumps(body),
+                      timeout=120)
+    assert r.status_code in (200, 400), (r.status_code, r.text[:300], body)
+    if r.status_code == 400:
+        err = r.json()
+        assert err["object"] == "error" and err["code"] == 400 and err["message"], body
+
+
+def test_every_field_with_each_extreme_value_gets_200_or_400(server_url):
+    """One field at a time, each extreme value: the combinations above may miss a single bad pair."""
+    for chat in (False, True):
+        route = f"{server_url}/v1/{'chat/completions' if chat else 'completions'}"
+        for key in _CHAT_KEYS if chat else _COMPLETION_KEYS:
+            for value in (None, -1, 0, 10 ** 6, 1e30, "x", [], {}):
+                body = {"model": MODEL, **({"messages": MESSAGES} if chat else {"prompt": PROMPT}), "max_tokens": 2,
+                        key: value}
+                if key == "max_tokens" and value is None:
+                    continue  # valid: runs to the end of the context
+                r = requests.post(route, data=json.dumps(body), timeout=120)
+                assert r.status_code in (200, 400), (r.status_code, r.text[:300], body)
