@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sglang.srt.distributed.parallel_state import get_tp_rank, get_tp_size, tp_all_reduce, tp_distributed
+from sglang.srt.distributed.parallel_state import get_tp_rank, get_tp_size, tp_all_reduce
 
 
 _skinny_matmul = None  # Triton GEMV for decode batches of <= 4 rows on CUDA (SGLANG_TRITON_GEMV=1)
@@ -129,7 +129,7 @@ class RowParallelLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = linear(x, self.weight)
-        if self.reduce_results and tp_distributed():
+        if self.reduce_results:  # the identity without a process group
             out = tp_all_reduce(out)
         if self.bias is not None:
             out = out + self.bias

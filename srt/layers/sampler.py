@@ -113,8 +113,13 @@ def _sample_filtered(logits: torch.Tensor, info: SamplingBatchInfo, greedy_ids: 
     rows = row_hash(info.seeds, info.steps)
     sampled = _fused_race(probs, rows) if probs.is_cuda and FUSED_RACE else None
     if sampled is None:
-        sampled = (probs / (-torch.log(noise_from_row_hash(rows, probs.shape[-1])))).argmax(dim=-1)
+        sampled = race_argmax_torch(probs, rows)
     return torch.where(info.greedy, greedy_ids, sampled)
+
+
+def race_argmax_torch(probs: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """argmax_v probs / -log u(row hash, v) per row, first id on ties: the race with the noise in memory."""
+    return (probs / (-torch.log(noise_from_row_hash(rows, probs.shape[-1])))).argmax(dim=-1)
 
 
 def _fused_race(probs: torch.Tensor, rows: torch.Tensor) -> Optional[torch.Tensor]:

@@ -51,7 +51,5 @@ class ParallelLMHead(VocabParallelEmbedding):
     """Logits = hidden @ W^T per vocabulary shard, gathered across ranks and trimmed to the real vocab."""
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        logits = linear(hidden, self.weight)
-        if tp_distributed():
-            logits = tp_all_gather(logits, dim=-1)
+        logits = tp_all_gather(linear(hidden, self.weight), dim=-1)  # the identity without a process group
         return logits[..., : self.num_embeddings]

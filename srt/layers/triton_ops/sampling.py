@@ -83,8 +83,7 @@ def race_argmax(probs: torch.Tensor, row_hash: torch.Tensor, block: int = 1024) 
 
 
 def race_argmax_ref(probs: torch.Tensor, row_hash: torch.Tensor) -> torch.Tensor:
-    """The torch twin: the sampler's own noise and argmax."""
-    from sglang.srt.layers.sampler import noise_from_row_hash
+    """The torch twin: the sampler's own torch path."""
+    from sglang.srt.layers.sampler import race_argmax_torch
 
-    u = noise_from_row_hash(row_hash, probs.shape[-1])
-    return (probs.float() / (-torch.log(u))).argmax(dim=-1)
+    return race_argmax_torch(probs.float(), row_hash)
