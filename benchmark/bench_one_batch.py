@@ -139,7 +139,8 @@ def make_runner(args, model_path: str, max_bs: int, max_len: int):
                     max_total_tokens=args.max_total_tokens, max_running_requests=max_bs,
                     attention_backend=args.attention_backend, disable_cuda_graph=args.disable_cuda_graph,
                     cuda_graph_max_bs=args.cuda_graph_max_bs or max_bs, random_seed=args.seed,
-                    context_length=max(max_len + 8, 64))
+                    context_length=max(max_len + 8, 64), skinny_matmul=args.skinny_matmul,
+                    disable_pdl=args.disable_pdl)
     device = sa.resolved_device()
     return ModelRunner(ModelConfig.from_path(model_path, sa.context_length), sa, device, show_progress=False)
 
@@ -239,13 +240,66 @@ def bench_sampler(runner, batch_sizes: List[int]) -> List[dict]:
     for bs in batch_sizes:
         logits = LogitsProcessorOutput(torch.randn(bs, vocab, device=device))
         row = {"batch_size": bs, "vocab": vocab}
-        for name, temp, fused in (("greedy_ms", 0.0, True), ("temp1_ms", 1.0, True), ("temp1_torch_ms", 1.0, False)):
+        for name, temp, fused in (("greedy_ms", 0.0, True), ("greedy_torch_ms", 0.0, False), ("temp1_ms", 1.0, True),
+                                  ("temp1_torch_ms", 1.0, False)):
             info = greedy_info(bs, vocab, device, temp)
             sampler_mod.FUSED_RACE = fused  # temp1: the fused Triton race (CUDA) vs the torch noise path
             row[name] = 1e3 * median_time(lambda: runner.sample(logits, info), device, reps=20)
         sampler_mod.FUSED_RACE = True
         rows.append(row)
     return rows
+
+
+# ---------------------------------------------------------------------------------------------- profile
+def profile_decode(runner, bs: int, input_len: int, steps: int, seed: int, top: int = 22) -> dict:
+    """Kernel time of `steps` pipelined decode steps (CUPTI sees the kernels inside graph replays):
+    per-step device time of each kernel name, and how much of the steps' span no kernel ran (launch
+    gaps, host waits). Printed as a table; returned as a dict for the result file."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from sglang.srt.model_executor.static_batch import StaticBatch
+
+    device = runner.device
+    info = greedy_info(bs, runner.vocab_size, device)
+    sb = StaticBatch(runner)
+    try:
+        with torch.no_grad():
+            out = sb.prefill(random_prompts(bs, input_len, runner.vocab_size, seed).tolist())
+            ids = runner.sample(out, info).next_token_ids
+            for _ in range(3):
+                ids = runner.sample(sb.decode(ids), info).next_token_ids
+            sync(device)
+            on_cuda = device == "cuda"
+            with profile(activities=[ProfilerActivity.CUDA if on_cuda else ProfilerActivity.CPU]) as prof:
+                for _ in range(steps):
+                    ids = runner.sample(sb.decode(ids), info).next_token_ids
+                sync(device)
+    finally:
+        sb.release()
+    if on_cuda:
+        kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+                   and not e.name.startswith("Memcpy") and not e.name.startswith("Memset")]
+    else:  # CPU: top-level ops stand in for kernels (a check of this function, not a measurement)
+        kernels = [e for e in prof.events() if e.cpu_parent is None]
+    if not kernels:
+        print(f"[profile] bs {bs}: no device events recorded")
+        return {}
+    start = min(e.time_range.start for e in kernels)
+    end = max(e.time_range.end for e in kernels)
+    busy = sum(e.time_range.end - e.time_range.start for e in kernels)
+    by_name: dict = {}
+    for e in kernels:
+        t, n = by_name.get(e.name, (0.0, 0))
+        by_name[e.name] = (t + e.time_range.end - e.time_range.start, n + 1)
+    rows = sorted(by_name.items(), key=lambda kv: -kv[1][0])
+    span_step = (end - start) / steps
+    print(f"[profile] bs {bs}: {len(kernels) / steps:.0f} kernels per step, span {span_step:.0f} us/step, "
+          f"kernels busy {busy / steps:.0f} us/step, idle {100 * (1 - busy / (end - start)):.1f}%")
+    print(f"{'us/step':>9} {'n/step':>6} {'us each':>8}  kernel")
+    for name, (t, n) in rows[:top]:
+        print(f"{t / steps:9.1f} {n / steps:6.1f} {t / n:8.2f}  {name[:110]}")
+    return {"batch_size": bs, "span_us": span_step, "busy_us": busy / steps, "kernels_per_step": len(kernels) / steps,
+            "top": [(name[:160], t / steps, n / steps) for name, (t, n) in rows[:top]]}
 
 
 # ---------------------------------------------------------------------------------------------- main
@@ -264,6 +318,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="batch sizes for HF (default: those of --batch-size up to 8; it is slow)")
     p.add_argument("--hf-output-len", type=int, default=16)
     p.add_argument("--bench-sampler", action="store_true", help="time sample() alone at each batch size")
+    p.add_argument("--profile-bs", type=int, nargs="*", default=[],
+                   help="after the timings, profile the decode kernels at these batch sizes (table per size)")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature in the decode loop")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--dtype", default="auto")
@@ -274,6 +330,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-prefill-tokens", type=int, default=16384,
                    help="prefill larger batches in groups of requests up to this many tokens per pass")
     p.add_argument("--disable-cuda-graph", action="store_true")
+    p.add_argument("--skinny-matmul", default="auto", choices=["auto", "triton", "cublas"])
+    p.add_argument("--disable-pdl", action="store_true")
     p.add_argument("--cuda-graph-max-bs", type=int, default=None)
     p.add_argument("--bw", type=float, default=None, help="bytes/s for the floor (default: measure)")
     p.add_argument("--flops", type=float, default=None, help="FLOP/s for the prefill floor (default: measure)")
@@ -342,8 +400,11 @@ def main(argv=None) -> dict:
         r.decode_step_s = r.decode_pipelined_s = None
         results.append(r)
     sampler_rows = bench_sampler(runner, args.batch_size) if args.bench_sampler else []
+    profiles = [profile_decode(runner, bs, args.input_len, 10, args.seed + 99) for bs in args.profile_bs]
 
     summary = report(args, name, device, bw, flops, facts, runner, results, sampler_rows)
+    if profiles:
+        summary["profiles"] = profiles
     if args.result_file:
         with open(args.result_file, "a") as f:
             f.write(json.dumps(summary) + "\n")
@@ -381,7 +442,8 @@ def report(args, name, device, bw, flops, facts: ModelFacts, runner, results: Li
               f"{(r.decode_tok_s or 0):>9.0f} {(f'{step / floor:.2f}x' if step else '-'):>10} "
               f"{(f'{step / wkv_floor:.2f}x' if step else '-'):>12} {(f'{vs_hf:.1f}x' if vs_hf else '-'):>7}")
     for s in sampler_rows:
-        print(f"sampler bs {s['batch_size']} vocab {s['vocab']}: greedy {s['greedy_ms']:.3f} ms, "
+        print(f"sampler bs {s['batch_size']} vocab {s['vocab']}: greedy {s['greedy_ms']:.3f} ms "
+              f"(torch {s['greedy_torch_ms']:.3f} ms), "
               f"temperature 1 {s['temp1_ms']:.3f} ms (torch noise path {s['temp1_torch_ms']:.3f} ms)")
     return dict(tag=args.tag, model=name, device=device,
                 device_name=torch.cuda.get_device_name() if device == "cuda" else "cpu",

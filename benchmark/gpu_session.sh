@@ -8,7 +8,7 @@ set -uo pipefail
 OUT=${OUT:-benchmark/out}
 mkdir -p "$OUT"
 source "$(dirname "$0")/gpu_env.sh"
-# Stages can be picked: STAGES="tests one_batch one_batch_fp8 offline kernels gemv one_batch_gemv recipes"
+# Stages can be picked: STAGES="tests one_batch one_batch_fp8 offline kernels attn_sweep gemv variants recipes"
 # (default: the first five).
 STAGES=${STAGES:-"tests one_batch one_batch_fp8 offline kernels"}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
@@ -43,8 +43,9 @@ fi
 if has one_batch; then
   HF_ARGS=(--hf --hf-batch-size 1 8)
   [[ ${HF:-1} == 0 ]] && HF_ARGS=()
+  # PROFILE_BS: decode kernel tables (per-kernel time per step, idle share) at these batch sizes.
   stage one_batch 200 python3 benchmark/bench_one_batch.py "${ONE[@]}" "${HF_ARGS[@]}" --bench-sampler \
-    --result-file "$OUT/one_batch.jsonl"
+    --profile-bs ${PROFILE_BS:-1 64} --result-file "$OUT/one_batch.jsonl"
 fi
 if has one_batch_fp8; then
   # fp8 KV: bytes per token halved (pool twice the tokens), KV reads halved at large batch.
@@ -62,13 +63,27 @@ fi
 if has kernels; then
   stage bench_attention 80 python3 benchmark/kernels/bench_attention.py
 fi
-if has gemv; then
-  stage gemv 150 python3 benchmark/kernels/bench_gemv.py
+if has attn_sweep; then
+  # Decode attention at the bench_one_batch shape (ctx 512 + 16): stage-1 configs and the split heuristic.
+  stage bench_attention 120 python3 benchmark/kernels/bench_attention.py --only decode --sweep --sweep-ctx 528 \
+    --sweep-bs 64 1 --no-extend-sweep
 fi
-if has one_batch_gemv; then
-  # The same decode steps with the Triton skinny-matmul kernel bound for batches of <= 4 rows.
-  stage one_batch 150 env SGLANG_TRITON_GEMV=1 python3 benchmark/bench_one_batch.py "${ONE[@]}" \
-    --result-file "$OUT/one_batch.jsonl" --tag triton_gemv
+if has gemv; then
+  # Tile sweep of the skinny matmul (graph-timed, PDL); the best configs go to gemv_configs.json.
+  stage gemv 200 python3 benchmark/kernels/bench_gemv.py --out "$OUT/gemv_configs.json"
+fi
+if has variants; then
+  # Decode steps with PDL and the Triton GEMV (M <= 4) switched on and off, same process image:
+  # plain = cuBLAS + plain launches, pdl = PDL launches of our kernels, gemv = GEMV without PDL,
+  # pdl_gemv = both (profiled at bs 1). Uses the sweep's configs when the gemv stage ran first.
+  [[ -f "$OUT/gemv_configs.json" ]] && export SGLANG_GEMV_CONFIGS="$OUT/gemv_configs.json"
+  VAR=(--model-config llama3-8b --batch-size 1 4 8 64 --input-len 512 --output-len 32 --bw 4.21e12 --flops 7.8e14)
+  [[ ${SMOKE:-0} == 1 ]] && VAR=(--model-config tiny-llama --batch-size 1 4 8 --input-len 32 --output-len 4 --max-total-tokens 8192)
+  for v in "plain cublas --disable-pdl" "pdl cublas" "gemv triton --disable-pdl" "pdl_gemv triton --profile-bs 1 --bench-sampler"; do
+    set -- $v
+    stage one_batch 90 python3 benchmark/bench_one_batch.py "${VAR[@]}" --skinny-matmul "$2" "${@:3}" \
+      --result-file "$OUT/one_batch.jsonl" --tag "$1"
+  done
 fi
 if has recipes; then
   # Serving recipes through real servers (benchmark/gpu_recipes.sh; carry .tok too). Servers in

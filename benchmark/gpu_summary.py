@@ -48,7 +48,8 @@ def main(out_dir: str) -> None:
                   f"{r['prefill_tok_s']:>10.0f}{r['prefill_ratio']:>8.2f}x{step_s:>9}{pipe_s:>10}"
                   f"{(r['decode_tok_s'] or 0):>9.0f}{ratio_s:>11}{tgt_s:>13}{hf_s:>8}")
         for x in s.get("sampler") or []:
-            print(f"  sampler bs {x['batch_size']}: greedy {x['greedy_ms']:.3f} ms, temperature 1 {x['temp1_ms']:.3f} ms "
+            print(f"  sampler bs {x['batch_size']}: greedy {x['greedy_ms']:.3f} ms "
+                  f"(torch {x.get('greedy_torch_ms', float('nan')):.3f} ms), temperature 1 {x['temp1_ms']:.3f} ms "
                   f"(torch noise path {x.get('temp1_torch_ms', float('nan')):.3f} ms)")
     for r in _lines(os.path.join(out_dir, "offline.jsonl")):
         print(f"offline {r['model']}: {r['num_prompts']} req, in/out {r['input_len_range']}/{r['output_len_range']}, "

@@ -34,7 +34,9 @@ from sglang.srt.layers.attention.triton_ops.decode_attention import (
     decode_attention_ref,
 )
 from sglang.srt.layers.attention.triton_ops.extend_attention import extend_attention_fwd, extend_attention_ref
-from sglang.srt.layers.triton_ops.sampling import race_argmax, race_argmax_ref
+from sglang.srt.layers.triton_ops.gemv import gemv, gemv_ref
+from sglang.srt.layers.triton_ops.rotary import apply_rotary_emb_and_store_
+from sglang.srt.layers.triton_ops.sampling import greedy_argmax, race_argmax, race_argmax_ref
 from sglang.srt.layers.triton_ops import (
     apply_rotary_emb_,
     apply_rotary_emb_ref,
@@ -187,6 +189,42 @@ def check_silu_and_mul(n: int, inter: int, *, dtype: torch.dtype = torch.float32
     return rel_err(out, silu_and_mul_ref(x))
 
 
+def check_rotary_store(n: int, n_q: int, n_k: int, head_size: int, *, dtype: torch.dtype = torch.float32,
+                       kv_dtype: Optional[torch.dtype] = None, k_scale: float = 1.0, v_scale: float = 1.0,
+                       device: str = "cpu", seed: int = 0) -> float:
+    """Fused rotary + KV store == rotary, then store_kv of the rotated k (q, k in place; pool rows at
+    loc; every other pool row untouched). q / k / v are strided slices of one qkv row."""
+    gen = torch.Generator().manual_seed(seed)
+    kv_dtype = kv_dtype or dtype
+    cache = build_cos_sin_cache(4096, head_size, device=device)
+    qkv = torch.randn((n, (n_q + 2 * n_k) * head_size), generator=gen).to(dtype).to(device)
+    q = qkv[:, : n_q * head_size]
+    k = qkv[:, n_q * head_size:(n_q + n_k) * head_size]
+    v = qkv[:, (n_q + n_k) * head_size:]
+    pos = torch.randint(0, 4096, (n,), generator=gen).to(device)
+    slots = 3 * n + 5
+    loc = torch.randperm(slots, generator=gen)[:n].to(device)
+    kb = torch.randn((slots, n_k, head_size), generator=gen).to(kv_dtype).to(device)
+    vb = torch.randn((slots, n_k, head_size), generator=gen).to(kv_dtype).to(device)
+    q_ref, k_ref = apply_rotary_emb_ref(pos, q, k, head_size, cache)
+    kb_ref, vb_ref = kb.clone(), vb.clone()
+    store_kv_ref(kb_ref, vb_ref, loc, k_ref.view(n, n_k, head_size), v.view(n, n_k, head_size), k_scale, v_scale)
+    apply_rotary_emb_and_store_(pos, q, k, v, head_size, cache, kb, vb, loc, k_scale, v_scale)
+    return max(rel_err(q, q_ref), rel_err(k, k_ref), rel_err(kb.float(), kb_ref.float()),
+               rel_err(vb.float(), vb_ref.float()))
+
+
+def check_gemv(m: int, n: int, k: int, *, bias: bool = False, config: Optional[dict] = None,
+               dtype: torch.dtype = torch.float32, device: str = "cpu", seed: int = 0) -> float:
+    """Skinny matmul vs fp32 torch; N and K off the tile sizes exercise the clamped rows and K mask,
+    and x is a strided row view (a slice of a wider activation)."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn((m, k + 5), generator=gen).to(dtype).to(device)[:, 2:k + 2]
+    w = torch.randn((n, k), generator=gen).to(dtype).to(device)
+    b = torch.randn((n,), generator=gen).to(dtype).to(device) if bias else None
+    return rel_err(gemv(x, w, b, config=config), gemv_ref(x, w, b))
+
+
 def check_rotary(n: int, n_q: int, n_k: int, head_size: int, *, rotary_dim: Optional[int] = None,
                  dtype: torch.dtype = torch.float32, device: str = "cpu", seed: int = 0) -> float:
     gen = torch.Generator().manual_seed(seed)
@@ -242,6 +280,32 @@ def check_race(bs: int, vocab: int, *, kind: str = "softmax", device: str = "cpu
     rows = torch.randint(0, 2**32, (bs,), generator=gen, dtype=torch.int64)
     out = race_argmax(probs.to(device), rows.to(device)).cpu()
     return 0.0 if torch.equal(out, race_argmax_ref(probs, rows)) else math.inf
+
+
+def check_greedy(bs: int, vocab: int, *, kind: str = "random", dtype: torch.dtype = torch.float32,
+                 device: str = "cpu", seed: int = 0) -> float:
+    """The fused greedy pick equals the sampler's torch rule exactly (ids and dead flags; 0 or inf).
+    kind: random; ties (few distinct values: the first maximum must win across splits); special
+    (NaN, +inf and -inf sprinkled in, one all -inf row, one all NaN row, one row whose max is +inf)."""
+    from sglang.srt.layers.sampler import greedy_torch
+
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn((bs, vocab), generator=gen)
+    if kind == "ties":
+        x = torch.randint(0, 3, (bs, vocab), generator=gen).float()
+    elif kind == "special":
+        r = torch.rand((bs, vocab), generator=gen)
+        x[r < 0.05] = float("nan")
+        x[(r >= 0.05) & (r < 0.1)] = float("-inf")
+        x[0] = float("-inf")
+        x[1 % bs] = float("nan")
+        if bs > 2:
+            x[2, vocab // 2] = float("inf")
+            x[2, vocab - 1] = float("inf")
+    x = x.to(dtype)
+    ids, dead = greedy_argmax(x.to(device))
+    ref_ids, ref_dead = greedy_torch(x.float())
+    return 0.0 if torch.equal(ids.cpu(), ref_ids) and torch.equal(dead.cpu(), ref_dead) else math.inf
 
 
 # ---------------------------------------------------------------------------------------------
@@ -323,6 +387,20 @@ def fused_cases(full: bool) -> List[tuple]:
         ("rotary H4/1 D80 partial 32", lambda s: check_rotary(3, 4, 1, 80, rotary_dim=32, seed=s)),
         ("store_kv strided H3 D64", lambda s: check_store_kv(7, 3, 64, seed=s)),
         ("store_kv contiguous H2 D80", lambda s: check_store_kv(5, 2, 80, strided=False, seed=s)),
+        ("rotary+store H8/2 D128", lambda s: check_rotary_store(5, 8, 2, 128, seed=s)),
+        ("rotary+store H9/3 D64 scaled", lambda s: check_rotary_store(4, 9, 3, 64, k_scale=0.5, v_scale=2.0, seed=s)),
+        ("rotary+store bf16 H4/1 D80", lambda s: check_rotary_store(3, 4, 1, 80, dtype=torch.bfloat16, seed=s), 1e-2),
+        ("gemv M1 N37 K300 (K tail, row tail)", lambda s: check_gemv(1, 37, 300, seed=s,
+                                                                    config=dict(BLOCK_N=8, BLOCK_K=128, num_warps=1))),
+        ("gemv M3 N16 K256 bias", lambda s: check_gemv(3, 16, 256, bias=True, seed=s,
+                                                       config=dict(BLOCK_N=4, BLOCK_K=64, num_warps=1))),
+        ("gemv M4 N9 K70 (one K tile)", lambda s: check_gemv(4, 9, 70, seed=s,
+                                                             config=dict(BLOCK_N=8, BLOCK_K=128, num_warps=1))),
+        ("gemv M2 bf16 default config", lambda s: check_gemv(2, 24, 600, dtype=torch.bfloat16, seed=s), 1e-2),
+        ("greedy bs3 V1000 (splits)", lambda s: check_greedy(3, 1000, seed=s)),
+        ("greedy ties bs4 V3000", lambda s: check_greedy(4, 3000, kind="ties", seed=s)),
+        ("greedy NaN / inf / dead rows bs5 V900", lambda s: check_greedy(5, 900, kind="special", seed=s)),
+        ("greedy bf16 bs2 V513", lambda s: check_greedy(2, 513, dtype=torch.bfloat16, seed=s)),
         ("race argmax softmax bs3 V1000 (splits)", lambda s: check_race(3, 1000, seed=s)),
         ("race argmax filtered bs2 V777", lambda s: check_race(2, 777, kind="filtered", seed=s)),
         ("race argmax uniform ties bs4 V3000", lambda s: check_race(4, 3000, kind="uniform", seed=s)),

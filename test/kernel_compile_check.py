@@ -25,7 +25,7 @@ from triton.compiler import ASTSource
 
 from sglang.srt.layers.attention.triton_ops import decode_attention as da
 from sglang.srt.layers.attention.triton_ops import extend_attention as ea
-from sglang.srt.layers.triton_ops import activation, kv_store, rms_norm, rotary, sampling
+from sglang.srt.layers.triton_ops import activation, gemv, kv_store, rms_norm, rotary, sampling
 
 TARGET = GPUTarget("cuda", 90, 32)
 
@@ -49,7 +49,10 @@ def _ptxas_info(ptx: str) -> str:
 def compile_kernel(label: str, fn, ptr_types: Dict[str, str], consts: Dict[str, object], num_warps: int,
                    num_stages: int, float_args: Iterable[str] = ()) -> bool:
     """Compile `fn`; args named in ptr_types are pointers, float_args fp32, constexprs from consts,
-    every other arg i32. Returns False (and prints the error) if compilation fails."""
+    every other arg i32. Kernels with a PDL switch are compiled with it on (the sm_90 launch path).
+    Returns False (and prints the error) if compilation fails."""
+    if "PDL" in fn.arg_names and "PDL" not in consts:
+        consts = {**consts, "PDL": True}
     sig = {}
     for name in fn.arg_names:
         if name in consts:
@@ -65,12 +68,16 @@ def compile_kernel(label: str, fn, ptr_types: Dict[str, str], consts: Dict[str, 
     t0 = time.perf_counter()
     try:
         c = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs), target=TARGET,
-                           options=dict(num_warps=num_warps, num_stages=num_stages))
+                           options=dict(num_warps=num_warps, num_stages=num_stages,
+                                        launch_pdl=bool(consts.get("PDL"))))
     except Exception as e:
         print(f"FAIL {label}: {type(e).__name__}: {str(e)[:3000]}")
         return False
     ptx = c.asm["ptx"]
     mma = "wgmma" if "wgmma" in ptx else ("mma.sync" if "mma.sync" in ptx else "-")
+    if consts.get("PDL") and "griddepcontrol.wait" not in ptx:
+        print(f"FAIL {label}: compiled with PDL but the PTX has no griddepcontrol.wait")
+        return False
     print(f"ok   {label:<44} smem={c.metadata.shared:>6} {_ptxas_info(ptx)} mma={mma} "
           f"({time.perf_counter() - t0:.1f}s)")
     return True
@@ -122,9 +129,19 @@ def main(argv: Optional[list] = None) -> int:
         ok &= compile_kernel(f"silu_and_mul {dt}", activation._silu_and_mul_kernel, p("X", "Y"), dict(BLOCK=1024), 4, 1)
         ok &= compile_kernel(f"rotary {dt} 32/8 D128", rotary._rotary_kernel, {**p("Q", "K"), "Pos": "*i64",
                              "Cache": "*fp32"}, dict(HEAD_SIZE=128, HALF=64, BLOCK_HQ=32, BLOCK_HK=8, BLOCK_HALF=64), 8, 1)
+        ok &= compile_kernel(f"rotary+store {dt} 32/8 D128", rotary._rotary_store_kernel,
+                             {**p("Q", "K", "V", "KBuf", "VBuf"), "Pos": "*i64", "Cache": "*fp32", "Loc": "*i64"},
+                             dict(HEAD_SIZE=128, HALF=64, DV=128, BLOCK_HQ=32, BLOCK_HK=8, BLOCK_HALF=64, BLOCK_DV=128,
+                                  SCALED=False), 8, 1, STORE_FLOATS)
         ok &= compile_kernel(f"store_kv {dt} 8x128", kv_store._store_kv_kernel, {**p("KBuf", "VBuf", "K", "V"),
                              "Loc": "*i64"}, dict(H=8, D=128, DV=128, BLOCK_H=8, BLOCK_D=128, BLOCK_DV=128,
                                                   SCALED=False), 4, 1, STORE_FLOATS)
+        for m in (1, 4):
+            for n_, k_ in ((4096, 4096), (4096, 14336)):
+                cfg = gemv.config_for(n_, k_)
+                ok &= compile_kernel(f"gemv {dt} M{m} {n_}x{k_}", gemv._gemv_kernel, p("x_ptr", "w_ptr", "b_ptr", "y_ptr"),
+                                     dict(M=m, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], HAS_BIAS=m == 4),
+                                     cfg["num_warps"], cfg.get("num_stages", 3))
         # fp8 KV pool (--kv-cache-dtype fp8_e4m3): fp8 tiles widened in registers, quantising store.
         f8 = {"K": "*fp8e4nv", "V": "*fp8e4nv"}
         cfg = da._stage1_config(128, True, True)
@@ -163,6 +180,13 @@ def main(argv: Optional[list] = None) -> int:
     ok &= compile_kernel("sampler race fp32", sampling._race_kernel,
                          {"Probs": "*fp32", "RowHash": "*i64", "BestVal": "*fp32", "BestIdx": "*i32"},
                          dict(NUM_SPLITS=8, BLOCK=1024), 4, 1)
+    for dt in ("fp32", "bf16"):
+        ok &= compile_kernel(f"greedy partial {dt}", sampling._greedy_partial_kernel,
+                             {"Logits": f"*{dt}", "BestVal": "*fp32", "BestIdx": "*i32"},
+                             dict(NUM_SPLITS=264, BLOCK=1024), 4, 3)
+    ok &= compile_kernel("greedy final", sampling._greedy_final_kernel,
+                         {"BestVal": "*fp32", "BestIdx": "*i32", "Ids": "*i64", "Dead": "*i1"},
+                         dict(NUM_SPLITS=264, BLOCK_S=512), 1, 1)
     print("all compiled" if ok else "COMPILE FAILURES")
     return 0 if ok else 1
 

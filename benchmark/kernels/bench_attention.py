@@ -361,11 +361,11 @@ SWEEP_BS = (1, 64, 256)
 
 def sweep(args) -> None:
     h, hkv, d = SWEEP_HEADS
-    ctx = SWEEP_CTX
+    ctx = args.sweep_ctx
     print(f"\n== Sweep: decode stage-1 config (heads {h}/{hkv}/{d}, ctx {ctx}) - us per call ==")
     configs = [dict(BLOCK_N=bn, num_warps=w, num_stages=st)
                for bn, w, st in itertools.product((32, 64, 128), (2, 4, 8), (1, 2, 3))]
-    for bs in SWEEP_BS:
+    for bs in args.sweep_bs:
         n_layers = layers_for(bs * ctx * hkv * 2 * d * 2)
         s = DecodeSetup(bs, ctx, h, hkv, d, args.max_kv_splits, n_layers)
         ref = decode_attention_ref(s.q, s.k[0], s.v[0], s.req_to_token, s.rows, s.seq_lens, s.scale)
@@ -389,8 +389,8 @@ def sweep(args) -> None:
         torch.cuda.empty_cache()
 
     print(f"\n== Sweep: decode split heuristic (waves x max_kv_splits), ctx {ctx} ==")
-    for bs in SWEEP_BS[:2]:
-        for max_splits, waves in itertools.product((8, 16, 32), (1, 2, 4, 8)):
+    for bs in args.sweep_bs[:2]:
+        for max_splits, waves in itertools.product((8, 16, 32), (1, 2, 3, 4, 6, 8)):
             n_layers = layers_for(bs * ctx * hkv * 2 * d * 2)
             s = DecodeSetup(bs, ctx, h, hkv, d, max_splits, n_layers)
             compute_num_kv_splits(s.seq_lens, h, hkv, max_splits, waves=waves, out=s.num_kv_splits)
@@ -401,6 +401,8 @@ def sweep(args) -> None:
             del s
         torch.cuda.empty_cache()
 
+    if args.no_extend_sweep:
+        return
     print(f"\n== Sweep: extend config ({EXTEND_CASES[0][0]}; {EXTEND_CASES[1][0]}) ==")
     ext_cfgs = [dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st) for bm, bn, w, st in
                 [(128, 64, 8, 2), (128, 64, 8, 3), (128, 32, 8, 2), (128, 128, 8, 2), (64, 64, 4, 2),
@@ -429,6 +431,9 @@ def main() -> int:
     ap.add_argument("--max-kv-splits", type=int, default=16)
     ap.add_argument("--only", default="decode,extend,fused", help="comma list of decode,extend,fused")
     ap.add_argument("--sweep", action="store_true", help="also sweep launch configs / split heuristic")
+    ap.add_argument("--sweep-ctx", type=int, default=SWEEP_CTX, help="context length of the decode sweeps")
+    ap.add_argument("--sweep-bs", type=int, nargs="+", default=list(SWEEP_BS), help="batch sizes of the decode sweeps")
+    ap.add_argument("--no-extend-sweep", action="store_true")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("needs a CUDA GPU", file=sys.stderr)

@@ -9,7 +9,6 @@ we do not test against falls back instead of computing garbage).
 from __future__ import annotations
 
 import logging
-import os
 from typing import Callable, Optional, Tuple, Union
 
 import torch
@@ -17,8 +16,9 @@ import torch
 from sglang.srt.layers import activation, layernorm, rotary_embedding
 from sglang.srt.layers import linear as linear_mod
 from sglang.srt.layers.triton_ops.activation import silu_and_mul
+from sglang.srt.layers.triton_ops.pdl import set_pdl
 from sglang.srt.layers.triton_ops.rms_norm import fused_add_rmsnorm, rmsnorm
-from sglang.srt.layers.triton_ops.rotary import apply_rotary_emb_
+from sglang.srt.layers.triton_ops.rotary import apply_rotary_emb_, apply_rotary_emb_and_store_
 
 logger = logging.getLogger(__name__)
 
@@ -74,8 +74,10 @@ def _agrees(candidate: Callable, reference: Callable, make_args: Callable) -> bo
         return False
 
 
-def bind_fused_ops(use_sgl_kernel: bool = True) -> dict:
-    """Install the CUDA hooks; returns {op: implementation name} for the startup log and tests."""
+def bind_fused_ops(use_sgl_kernel: bool = True, skinny_matmul: bool = False, pdl: bool = True) -> dict:
+    """Install the CUDA hooks; returns {op: implementation name} for the startup log and tests.
+    skinny_matmul binds the Triton GEMV for <= 4-row matmuls; pdl lets our Triton kernels launch
+    with programmatic dependent launch on sm_90+ (srt/layers/triton_ops/pdl.py)."""
     chosen = {"rmsnorm": triton_rmsnorm, "silu_and_mul": silu_and_mul, "rotary": triton_rotary}
     names = {k: "triton" for k in chosen}
     ext = _sgl_kernel_ops() if use_sgl_kernel and torch.cuda.is_available() else None
@@ -96,12 +98,16 @@ def bind_fused_ops(use_sgl_kernel: bool = True) -> dict:
                 chosen[op], names[op] = impl, "sgl_kernel"
     layernorm.set_fused_rmsnorm(chosen["rmsnorm"])
     activation.set_fused_silu_and_mul(chosen["silu_and_mul"])
-    rotary_embedding.set_fused_rotary(chosen["rotary"])
-    if os.environ.get("SGLANG_TRITON_GEMV", "0") == "1":
+    rotary_embedding.set_fused_rotary(chosen["rotary"], apply_rotary_emb_and_store_)
+    names["rotary_store"] = "triton"
+    linear_mod.set_skinny_matmul(None)
+    if skinny_matmul:
         from sglang.srt.layers.triton_ops.gemv import gemv
 
         linear_mod.set_skinny_matmul(gemv)
         names["skinny_matmul"] = "triton_gemv"
+    set_pdl(pdl)
+    names["pdl"] = pdl and torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
     logger.info("fused ops: %s", names)
     return names
 

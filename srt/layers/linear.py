@@ -19,7 +19,7 @@ from torch import nn
 from sglang.srt.distributed.parallel_state import get_tp_rank, get_tp_size, tp_all_reduce
 
 
-_skinny_matmul = None  # Triton GEMV for decode batches of <= 4 rows on CUDA (SGLANG_TRITON_GEMV=1)
+_skinny_matmul = None  # Triton GEMV for decode batches of <= 4 rows on CUDA (--skinny-matmul)
 
 
 def set_skinny_matmul(impl) -> None:

@@ -9,15 +9,16 @@ import torch
 from torch import nn
 
 _fused = None  # Triton in-place rotary on CUDA, bound by model_runner
+_fused_store = None  # Triton rotary + KV store in one kernel (full-width rotary only)
 
 # (rotary_dim, positions, base, scaling, device) -> (cos, sin, cos_sin) tables shared by all layers.
 # Small key space; entries live as long as the process (a few per model config).
 _TABLES: Dict[tuple, Tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
 
 
-def set_fused_rotary(impl) -> None:
-    global _fused
-    _fused = impl
+def set_fused_rotary(impl, store_impl=None) -> None:
+    global _fused, _fused_store
+    _fused, _fused_store = impl, store_impl
 
 
 def _inv_freq(dim: int, base: float) -> torch.Tensor:
@@ -101,6 +102,16 @@ class RotaryEmbedding(nn.Module):
         cos = self.cos_cache[positions].unsqueeze(1)
         sin = self.sin_cache[positions].unsqueeze(1)
         return self._apply(q, cos, sin), self._apply(k, cos, sin)
+
+    def forward_and_store(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                          target) -> bool:
+        """Rotate q and k in place and write k, v to the pool target in one kernel; False (nothing
+        done) where that kernel does not apply: no CUDA hook bound, or a partial rotary."""
+        if _fused_store is None or not q.is_cuda or self.rotary_dim != self.head_dim:
+            return False
+        _fused_store(positions, q, k, v, self.head_dim, self.cos_sin_cache, target.k_buffer, target.v_buffer,
+                     target.loc, target.k_scale, target.v_scale)
+        return True
 
     def _apply(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         n = x.shape[0]

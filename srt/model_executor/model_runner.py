@@ -168,7 +168,10 @@ class ModelRunner:
         except ImportError as e:
             logger.warning("fused ops unavailable, using torch: %s", e)
             return None
-        return bind_fused_ops()
+        sa = self.server_args
+        sm90 = torch.cuda.get_device_capability(self.gpu_id)[0] >= 9
+        gemv = sa.skinny_matmul == "triton" or (sa.skinny_matmul == "auto" and sm90)
+        return bind_fused_ops(skinny_matmul=gemv, pdl=not sa.disable_pdl)
 
     # ------------------------------------------------------------------ forward
     def forward(self, fb: ForwardBatch) -> LogitsProcessorOutput:

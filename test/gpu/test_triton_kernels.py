@@ -85,6 +85,9 @@ def test_fused_ops_cuda() -> None:
     assert kc.check_rotary(100, 9, 3, 64, **BF16) < TOL
     assert kc.check_store_kv(1000, 8, 128, **BF16) == 0.0
     assert kc.check_store_kv(77, 3, 64, strided=False, **BF16) == 0.0
+    assert kc.check_rotary_store(300, 32, 8, 128, **BF16) < TOL
+    assert kc.check_rotary_store(17, 9, 3, 64, **BF16) < TOL
+    assert kc.check_rotary_store(64, 32, 8, 128, kv_dtype=torch.float8_e4m3fn, k_scale=0.5, v_scale=2.0, **BF16) < 0.1
 
 
 def test_race_argmax_cuda() -> None:
@@ -95,6 +98,15 @@ def test_race_argmax_cuda() -> None:
     assert kc.check_race(1, 151936, kind="filtered", device="cuda") == 0.0
     assert kc.check_race(3, 49152, kind="strided", device="cuda") == 0.0
     assert kc.check_race(2, 32000, kind="zeros", device="cuda") == 0.0
+
+
+def test_greedy_argmax_cuda() -> None:
+    """The fused greedy pick equals the torch rule at real vocabularies, incl. ties, NaN / inf and dead rows."""
+    kc = _kc()
+    assert kc.check_greedy(1, 128256, device="cuda") == 0.0
+    assert kc.check_greedy(64, 151936, dtype=torch.bfloat16, device="cuda") == 0.0
+    assert kc.check_greedy(7, 49152, kind="ties", device="cuda") == 0.0
+    assert kc.check_greedy(9, 32000, kind="special", device="cuda") == 0.0
 
 
 def test_decode_cuda_graph_replay() -> None:
@@ -147,3 +159,58 @@ def test_decode_cuda_graph_replay() -> None:
         ref = decode_attention_ref(q, pb.k_buffer, pb.v_buffer, pb.req_to_token, pb.req_pool_indices, seq_lens, scale)
         assert kc.rel_err(o, ref) < TOL, f"round {i}"
     assert len(seen_splits) > 1, "the replays should have exercised different split counts"
+
+
+def test_gemv_cuda() -> None:
+    """The skinny matmul at Llama-3-8B decode shapes (its tuned configs) and with row / K tails."""
+    kc = _kc()
+    for m in (1, 2, 3, 4):
+        for n, k in ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)):
+            assert kc.check_gemv(m, n, k, seed=m, **BF16) < TOL, (m, n, k)
+    assert kc.check_gemv(1, 1000, 900, bias=True, seed=7, **BF16) < TOL
+    assert kc.check_gemv(3, 37, 4100, config=dict(BLOCK_N=16, BLOCK_K=1024, num_warps=8), seed=8, **BF16) < TOL
+
+
+def test_pdl_chain_in_graph_equals_plain() -> None:
+    """Dependent kernels launched with PDL inside a CUDA graph give bit-identical results to the
+    same kernels launched plainly: a kernel that read its input before the previous one finished
+    would show up as a difference (fresh inputs on every replay, torch ops mixed in)."""
+    from sglang.srt.layers.triton_ops import activation, pdl, rms_norm
+    from sglang.srt.layers.triton_ops.gemv import gemv
+
+    if not pdl.pdl_on(torch.empty(1, device="cuda")):
+        pytest.skip("PDL needs sm_90+")
+    g = torch.Generator(device="cuda").manual_seed(3)
+    hid, inter = 4096, 2048
+    ws = [(torch.randn(hid, generator=g, device="cuda").to(torch.bfloat16),
+           (torch.randn(2 * inter, hid, generator=g, device="cuda") * 0.02).to(torch.bfloat16),
+           (torch.randn(hid, inter, generator=g, device="cuda") * 0.02).to(torch.bfloat16)) for _ in range(4)]
+
+    def chain(x: torch.Tensor) -> torch.Tensor:
+        residual = x.clone()
+        h = x
+        for norm_w, up, down in ws:
+            h = rms_norm.fused_add_rmsnorm(h, residual, norm_w, 1e-5)
+            h = gemv(activation.silu_and_mul(gemv(h, up)), down)
+            h = h * 0.5  # a plain torch kernel between PDL kernels
+        return h + residual
+
+    inputs = [torch.randn(2, hid, generator=g, device="cuda").to(torch.bfloat16) for _ in range(5)]
+    before = pdl._ENABLED
+    try:
+        pdl.set_pdl(False)
+        plain = [chain(x) for x in inputs]
+        pdl.set_pdl(True)
+        static = inputs[0].clone()
+        chain(static)  # compile the PDL variants outside the capture
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = chain(static)
+        for x, ref in zip(inputs, plain):
+            static.copy_(x)
+            graph.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(out, ref)
+    finally:
+        pdl.set_pdl(before)

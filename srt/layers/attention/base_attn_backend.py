@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional
 
 import torch
 
@@ -11,8 +12,23 @@ if TYPE_CHECKING:
     from sglang.srt.model_executor.forward_batch_info import ForwardBatch
 
 
+@dataclass
+class KVStoreTarget:
+    """Where one layer's new K/V rows go: buffer[loc[i]] = row i / scale (for a fused rotary + store)."""
+    k_buffer: torch.Tensor
+    v_buffer: torch.Tensor
+    loc: torch.Tensor
+    k_scale: float
+    v_scale: float
+
+
 class AttentionBackend:
     """Stores this pass's K/V into the pool, then attends each query to its request's slots."""
+
+    def kv_store_target(self, layer: "RadixAttention", forward_batch: "ForwardBatch") -> Optional[KVStoreTarget]:
+        """A backend whose pool layout the fused rotary + store kernel can write returns the target;
+        the layer then stores its K/V there itself and calls forward with save_kv_cache=False."""
+        return None
 
     def init_forward_metadata(self, forward_batch: "ForwardBatch") -> None:
         """Per-pass precomputation shared by all layers (index tensors, split counts...)."""

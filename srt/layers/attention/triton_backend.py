@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Optional
 
 import torch
 
-from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
+from sglang.srt.layers.attention.base_attn_backend import AttentionBackend, KVStoreTarget
 from sglang.srt.layers.attention.triton_ops.decode_attention import compute_num_kv_splits, decode_attention_fwd
 from sglang.srt.layers.attention.triton_ops.extend_attention import extend_attention_fwd
 from sglang.srt.layers.triton_ops.kv_store import store_kv
@@ -82,6 +82,12 @@ class TritonAttnBackend(AttentionBackend):
         # Extend needs only the ForwardBatch's own index tensors (and max_extend_len on the host).
 
     # ------------------------------------------------------------------ kernels
+    def kv_store_target(self, layer: "RadixAttention", forward_batch: "ForwardBatch") -> Optional[KVStoreTarget]:
+        pool = forward_batch.token_to_kv_pool
+        lid = layer.layer_id
+        return KVStoreTarget(pool.get_key_buffer(lid), pool.get_value_buffer(lid), forward_batch.out_cache_loc,
+                             pool.k_scale[lid], pool.v_scale[lid])
+
     @staticmethod
     def _store(layer: "RadixAttention", forward_batch: "ForwardBatch", k: torch.Tensor, v: torch.Tensor) -> None:
         pool = forward_batch.token_to_kv_pool

@@ -9,10 +9,13 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from sglang.srt.layers.triton_ops.pdl import pdl_args, pdl_wait
+
 
 @triton.jit
-def _silu_and_mul_kernel(X, Y, stride_x, stride_y, inter, BLOCK: tl.constexpr):
+def _silu_and_mul_kernel(X, Y, stride_x, stride_y, inter, BLOCK: tl.constexpr, PDL: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
+    pdl_wait(PDL)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < inter
     gate = tl.load(X + row * stride_x + offs, mask=mask, other=0.0).to(tl.float32)
@@ -32,7 +35,7 @@ def silu_and_mul(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.T
     block = min(1024, triton.next_power_of_2(inter))
     grid = (x2.shape[0], triton.cdiv(inter, block))
     _silu_and_mul_kernel[grid](x2, y, x2.stride(0), y.stride(0), inter, BLOCK=block,
-                               num_warps=4 if x.is_cuda else 1)
+                               num_warps=4 if x.is_cuda else 1, **pdl_args(x))
     return y.view(*x.shape[:-1], inter)
 
 

@@ -11,14 +11,17 @@ import torch
 import triton
 import triton.language as tl
 
+from sglang.srt.layers.triton_ops.pdl import pdl_args, pdl_wait
+
 
 @triton.jit
 def _store_kv_kernel(KBuf, VBuf, Loc, K, V, stride_kbt, stride_kbh, stride_vbt, stride_vbh,
                      stride_kt, stride_kh, stride_vt, stride_vh, inv_k_scale, inv_v_scale,
                      H: tl.constexpr, D: tl.constexpr, DV: tl.constexpr,
                      BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-                     SCALED: tl.constexpr):
+                     SCALED: tl.constexpr, PDL: tl.constexpr):
     i = tl.program_id(0).to(tl.int64)
+    pdl_wait(PDL)
     slot = tl.load(Loc + i).to(tl.int64)
     offs_h = tl.arange(0, BLOCK_H)
     offs_d = tl.arange(0, BLOCK_D)
@@ -58,7 +61,7 @@ def store_kv(k_buffer: torch.Tensor, v_buffer: torch.Tensor, loc: torch.Tensor, 
         # fp8 destinations always go through fp32 (a direct bf16 -> fp8 cast is not on every target).
         BLOCK_DV=triton.next_power_of_2(dv),
         SCALED=k_scale != 1.0 or v_scale != 1.0 or k_buffer.element_size() == 1 or v_buffer.element_size() == 1,
-        num_warps=4 if k.is_cuda else 1)
+        num_warps=4 if k.is_cuda else 1, **pdl_args(k))
 
 
 def store_kv_ref(k_buffer: torch.Tensor, v_buffer: torch.Tensor, loc: torch.Tensor, k: torch.Tensor,

@@ -13,11 +13,14 @@ import torch
 import triton
 import triton.language as tl
 
+from sglang.srt.layers.triton_ops.pdl import pdl_args, pdl_wait
+
 
 @triton.jit
 def _rmsnorm_kernel(X, Residual, W, Y, stride_x, stride_r, stride_y, n_cols, eps,
-                    HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr):
+                    HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
+    pdl_wait(PDL)
     offs = tl.arange(0, BLOCK)
     mask = offs < n_cols
     x = tl.load(X + row * stride_x + offs, mask=mask, other=0.0)
@@ -44,7 +47,7 @@ def _launch(x: torch.Tensor, residual: Optional[torch.Tensor], weight: torch.Ten
     num_warps = 1 if not x.is_cuda else min(16, max(1, block // 512))
     _rmsnorm_kernel[(x2.shape[0],)](
         x2, r2, weight, y, x2.stride(0), r2.stride(0), y.stride(0), hidden, eps,
-        HAS_RESIDUAL=residual is not None, BLOCK=block, num_warps=num_warps)
+        HAS_RESIDUAL=residual is not None, BLOCK=block, num_warps=num_warps, **pdl_args(x))
     return y.view(x.shape)
 
 

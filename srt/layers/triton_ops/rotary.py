@@ -16,6 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
+from sglang.srt.layers.triton_ops.pdl import pdl_args, pdl_wait
+
 
 @triton.jit
 def _rotate_heads(X, stride_x, tok, cos, sin, n_heads, HEAD_SIZE: tl.constexpr, HALF: tl.constexpr,
@@ -36,8 +38,9 @@ def _rotate_heads(X, stride_x, tok, cos, sin, n_heads, HEAD_SIZE: tl.constexpr, 
 @triton.jit
 def _rotary_kernel(Pos, Q, K, Cache, stride_q, stride_k, stride_c, n_q_heads, n_k_heads,
                    HEAD_SIZE: tl.constexpr, HALF: tl.constexpr,
-                   BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr, BLOCK_HALF: tl.constexpr):
+                   BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr, BLOCK_HALF: tl.constexpr, PDL: tl.constexpr):
     tok = tl.program_id(0).to(tl.int64)
+    pdl_wait(PDL)
     pos = tl.load(Pos + tok).to(tl.int64)
     offs_r = tl.arange(0, BLOCK_HALF)
     mask_r = offs_r < HALF
@@ -66,8 +69,81 @@ def apply_rotary_emb_(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
     _rotary_kernel[(n,)](
         positions, q, k, cos_sin_cache, q.stride(0), k.stride(0), cos_sin_cache.stride(0), n_q, n_k,
         HEAD_SIZE=head_size, HALF=half, BLOCK_HQ=block_hq, BLOCK_HK=triton.next_power_of_2(n_k),
-        BLOCK_HALF=block_half, num_warps=num_warps)
+        BLOCK_HALF=block_half, num_warps=num_warps, **pdl_args(q))
     return q, k
+
+
+@triton.jit
+def _rotary_store_kernel(Pos, Q, K, V, Cache, KBuf, VBuf, Loc, stride_q, stride_k, stride_v, stride_c,
+                         stride_kbt, stride_kbh, stride_vbt, stride_vbh, inv_k_scale, inv_v_scale,
+                         n_q_heads, n_k_heads, HEAD_SIZE: tl.constexpr, HALF: tl.constexpr, DV: tl.constexpr,
+                         BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr, BLOCK_HALF: tl.constexpr,
+                         BLOCK_DV: tl.constexpr, SCALED: tl.constexpr, PDL: tl.constexpr):
+    """Full-width rotary of one token's q (in place) and k (in place and into the pool slot), and its
+    v into the pool: the decode step's rotary and KV store in one launch."""
+    tok = tl.program_id(0).to(tl.int64)
+    pdl_wait(PDL)
+    pos = tl.load(Pos + tok).to(tl.int64)
+    slot = tl.load(Loc + tok).to(tl.int64)
+    offs_r = tl.arange(0, BLOCK_HALF)
+    mask_r = offs_r < HALF
+    cos = tl.load(Cache + pos * stride_c + offs_r, mask=mask_r, other=0.0).to(tl.float32)
+    sin = tl.load(Cache + pos * stride_c + HALF + offs_r, mask=mask_r, other=0.0).to(tl.float32)
+    _rotate_heads(Q, stride_q, tok, cos, sin, n_q_heads, HEAD_SIZE, HALF, BLOCK_HQ, BLOCK_HALF)
+    offs_h = tl.arange(0, BLOCK_HK)
+    mask = (offs_h[:, None] < n_k_heads) & mask_r[None, :]
+    p1 = K + tok * stride_k + offs_h[:, None] * HEAD_SIZE + offs_r[None, :]
+    x1 = tl.load(p1, mask=mask, other=0.0)
+    x2 = tl.load(p1 + HALF, mask=mask, other=0.0)
+    r1 = (x1.to(tl.float32) * cos[None, :] - x2.to(tl.float32) * sin[None, :]).to(x1.dtype)
+    r2 = (x2.to(tl.float32) * cos[None, :] + x1.to(tl.float32) * sin[None, :]).to(x1.dtype)
+    tl.store(p1, r1, mask=mask)
+    tl.store(p1 + HALF, r2, mask=mask)
+    # The pool gets the rounded rotated k, exactly what a separate store of k would have written.
+    if SCALED:
+        r1 = r1.to(tl.float32) * inv_k_scale
+        r2 = r2.to(tl.float32) * inv_k_scale
+    d1 = KBuf + slot * stride_kbt + offs_h[:, None] * stride_kbh + offs_r[None, :]
+    tl.store(d1, r1.to(KBuf.dtype.element_ty), mask=mask)
+    tl.store(d1 + HALF, r2.to(KBuf.dtype.element_ty), mask=mask)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    mv = (offs_h[:, None] < n_k_heads) & (offs_dv[None, :] < DV)
+    v = tl.load(V + tok * stride_v + offs_h[:, None] * DV + offs_dv[None, :], mask=mv)
+    if SCALED:
+        v = v.to(tl.float32) * inv_v_scale
+    tl.store(VBuf + slot * stride_vbt + offs_h[:, None] * stride_vbh + offs_dv[None, :],
+             v.to(VBuf.dtype.element_ty), mask=mv)
+
+
+def apply_rotary_emb_and_store_(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                                head_size: int, cos_sin_cache: torch.Tensor, k_buffer: torch.Tensor,
+                                v_buffer: torch.Tensor, loc: torch.Tensor, k_scale: float = 1.0,
+                                v_scale: float = 1.0) -> None:
+    """apply_rotary_emb_ on q and k (in place), then k_buffer[loc] = k / k_scale and
+    v_buffer[loc] = v / v_scale, in one kernel. Full-width rotary only (rotary dim == head_size).
+    q [N, Hq*D], k [N, Hk*D], v [N, Hk*Dv] (strided rows allowed); buffers [slots, Hk, D / Dv]."""
+    n = positions.shape[0]
+    rot = cos_sin_cache.shape[-1]
+    assert rot == head_size, "the fused rotary + store needs a full-width rotary"
+    assert q.shape[0] == n and k.shape[0] == n and v.shape[0] == n and loc.shape == (n,)
+    for t in (q, k, v, cos_sin_cache, k_buffer, v_buffer):
+        assert t.stride(-1) == 1, "last dimension must be contiguous"
+    n_q, n_k = q.shape[-1] // head_size, k.shape[-1] // head_size
+    dv = v_buffer.shape[2]
+    assert k_buffer.shape[1:] == (n_k, head_size) and v_buffer.shape[1] == n_k and v.shape[-1] == n_k * dv
+    if n == 0:
+        return
+    half = rot // 2
+    block_hq = triton.next_power_of_2(n_q)
+    block_half = triton.next_power_of_2(half)
+    scaled = k_scale != 1.0 or v_scale != 1.0 or k_buffer.element_size() == 1 or v_buffer.element_size() == 1
+    _rotary_store_kernel[(n,)](
+        positions, q, k, v, cos_sin_cache, k_buffer, v_buffer, loc, q.stride(0), k.stride(0), v.stride(0),
+        cos_sin_cache.stride(0), k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
+        1.0 / k_scale, 1.0 / v_scale, n_q, n_k, HEAD_SIZE=head_size, HALF=half, DV=dv, BLOCK_HQ=block_hq,
+        BLOCK_HK=triton.next_power_of_2(n_k), BLOCK_HALF=block_half, BLOCK_DV=triton.next_power_of_2(dv),
+        SCALED=scaled, num_warps=1 if not q.is_cuda else min(8, max(1, block_hq * block_half // 256)),
+        **pdl_args(q))
 
 
 def build_cos_sin_cache(max_pos: int, rotary_dim: int, base: float = 10000.0,

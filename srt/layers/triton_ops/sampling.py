@@ -1,4 +1,5 @@
-"""The sampler's exponential race in one pass: seeded noise, p / E and the argmax, fused.
+"""The sampler's exponential race in one pass: seeded noise, p / E and the argmax, fused; and the
+greedy pick (argmax with the sampler's NaN / inf rules) in two small kernels.
 
 The torch path materialises the [bs, vocab] counter hash in int64 (~10 elementwise passes) before
 the division and the argmax: ~0.6 ms at batch 1 and ~2.9 ms at batch 256 for a 128k vocabulary on
@@ -9,9 +10,13 @@ across programs keeps small batches from running on a handful of SMs.
 
 from __future__ import annotations
 
+from typing import Tuple
+
 import torch
 import triton
 import triton.language as tl
+
+from sglang.srt.layers.triton_ops.pdl import pdl_args, pdl_wait
 
 
 @triton.jit
@@ -87,3 +92,76 @@ def race_argmax_ref(probs: torch.Tensor, row_hash: torch.Tensor) -> torch.Tensor
     from sglang.srt.layers.sampler import race_argmax_torch
 
     return race_argmax_torch(probs.float(), row_hash)
+
+
+# ------------------------------------------------------------------------------------------ greedy
+_FLT_MAX = 3.4028234663852886e38
+
+
+@triton.jit(do_not_specialize=["vocab", "span"])
+def _greedy_partial_kernel(Logits, BestVal, BestIdx, stride_l, vocab, span, NUM_SPLITS: tl.constexpr,
+                           BLOCK: tl.constexpr, PDL: tl.constexpr):
+    """Per (row, vocabulary split): the max logit (NaN -> -inf, +inf -> FLT_MAX, as the torch path's
+    nan_to_num) and its first index."""
+    r = tl.program_id(0)
+    s = tl.program_id(1)
+    pdl_wait(PDL)
+    start = s * span
+    end = tl.minimum(start + span, vocab)
+    lane_best = tl.full([BLOCK], float("-inf"), tl.float32)
+    lane_idx = tl.full([BLOCK], 2147483647, tl.int32)
+    row = Logits + r.to(tl.int64) * stride_l
+    for v0 in range(start, end, BLOCK):
+        cols = v0 + tl.arange(0, BLOCK)
+        x = tl.load(row + cols, mask=cols < end, other=float("-inf")).to(tl.float32)
+        x = tl.where(x != x, float("-inf"), tl.minimum(x, 3.4028234663852886e38))
+        better = (x > lane_best) | ((x == lane_best) & (cols < lane_idx) & (cols < end))
+        lane_best = tl.where(better, x, lane_best)
+        lane_idx = tl.where(better, cols, lane_idx)
+    top = tl.max(lane_best, 0)
+    first = tl.min(tl.where(lane_best == top, lane_idx, 2147483647), 0)
+    tl.store(BestVal + r * NUM_SPLITS + s, top)
+    tl.store(BestIdx + r * NUM_SPLITS + s, first)
+
+
+@triton.jit
+def _greedy_final_kernel(BestVal, BestIdx, Ids, Dead, NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr,
+                         PDL: tl.constexpr):
+    """Merge the splits of one row: first index among the maxima; a row whose max is -inf is dead (id 0)."""
+    r = tl.program_id(0)
+    pdl_wait(PDL)
+    offs = tl.arange(0, BLOCK_S)
+    m = offs < NUM_SPLITS
+    val = tl.load(BestVal + r * NUM_SPLITS + offs, mask=m, other=float("-inf"))
+    idx = tl.load(BestIdx + r * NUM_SPLITS + offs, mask=m, other=2147483647)
+    top = tl.max(val, 0)
+    first = tl.min(tl.where(val == top, idx, 2147483647), 0)
+    dead = top == float("-inf")
+    tl.store(Ids + r, tl.where(dead, 0, first).to(tl.int64))
+    tl.store(Dead + r, dead)
+
+
+def greedy_argmax(logits: torch.Tensor, block: int = 1024) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(ids [bs] int64, dead [bs] bool) = the sampler's greedy rule on raw logits [bs, vocab]:
+    NaN never wins, +inf counts as the largest float, the first maximum wins, and a row with no
+    finite-or-+inf logit is dead with id 0. Equal to sampler.greedy_torch."""
+    bs, vocab = logits.shape
+    assert logits.stride(-1) == 1
+    ids = torch.empty(bs, dtype=torch.int64, device=logits.device)
+    dead = torch.empty(bs, dtype=torch.bool, device=logits.device)
+    if bs == 0:
+        return ids, dead
+    if not logits.is_cuda:
+        block = min(block, 128)
+    num_sms = torch.cuda.get_device_properties(logits.device).multi_processor_count if logits.is_cuda else 4
+    splits = race_num_splits(bs, vocab, block, num_sms)
+    span = triton.cdiv(triton.cdiv(vocab, splits), block) * block
+    splits = triton.cdiv(vocab, span)
+    best_val = torch.empty((bs, splits), dtype=torch.float32, device=logits.device)
+    best_idx = torch.empty((bs, splits), dtype=torch.int32, device=logits.device)
+    warps = 4 if logits.is_cuda else 1
+    _greedy_partial_kernel[(bs, splits)](logits, best_val, best_idx, logits.stride(0), vocab, span,
+                                         NUM_SPLITS=splits, BLOCK=block, num_warps=warps, **pdl_args(logits))
+    _greedy_final_kernel[(bs,)](best_val, best_idx, ids, dead, NUM_SPLITS=splits,
+                                BLOCK_S=triton.next_power_of_2(splits), num_warps=1, **pdl_args(logits))
+    return ids, dead

@@ -26,6 +26,8 @@ import torch
 import triton
 import triton.language as tl
 
+from sglang.srt.layers.triton_ops.pdl import pdl_args, pdl_wait
+
 # Query heads of one kv head are packed into a block of this many rows so that tl.dot can be used
 # (tensor-core MMAs need M >= 16). The padding rows cost MMA work, which decode has plenty of spare.
 _GROUP_BLOCK_H = 16
@@ -59,10 +61,11 @@ def _decode_stage1_grouped(
     GROUP: tl.constexpr, BLOCKS_PER_KV: tl.constexpr, MAX_SPLITS: tl.constexpr,
     D: tl.constexpr, DV: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    HAS_CAP: tl.constexpr, SLOT_INT64: tl.constexpr, DOT_PREC: tl.constexpr,
+    HAS_CAP: tl.constexpr, SLOT_INT64: tl.constexpr, DOT_PREC: tl.constexpr, PDL: tl.constexpr,
 ):
     """One program = (request, block of query heads sharing one kv head, split): K/V read once."""
     b = tl.program_id(0)
+    pdl_wait(PDL)
     hb = tl.program_id(1)
     split = tl.program_id(2)
     kv_head = hb // BLOCKS_PER_KV
@@ -126,10 +129,11 @@ def _decode_stage1_per_head(
     GROUP: tl.constexpr, MAX_SPLITS: tl.constexpr,
     D: tl.constexpr, DV: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    HAS_CAP: tl.constexpr, SLOT_INT64: tl.constexpr,
+    HAS_CAP: tl.constexpr, SLOT_INT64: tl.constexpr, PDL: tl.constexpr,
 ):
     """One program = (request, query head, split); vector math, no MMA. Used when GROUP == 1."""
     b = tl.program_id(0)
+    pdl_wait(PDL)
     h = tl.program_id(1)
     split = tl.program_id(2)
     kv_head = h // GROUP
@@ -176,11 +180,12 @@ def _decode_stage1_per_head(
 def _decode_stage2(
     Mid, MidLse, O, SeqLens, NumSplits, v_scale,
     stride_mb, stride_mh, stride_ms, stride_lb, stride_lh, stride_ob, stride_oh,
-    MAX_SPLITS: tl.constexpr, DV: tl.constexpr, BLOCK_DV: tl.constexpr,
+    MAX_SPLITS: tl.constexpr, DV: tl.constexpr, BLOCK_DV: tl.constexpr, PDL: tl.constexpr,
 ):
     """Merge the splits of one (request, head): out = sum_s exp(lse_s - M) o_s / sum_s exp(lse_s - M)."""
     b = tl.program_id(0)
     h = tl.program_id(1)
+    pdl_wait(PDL)
     offs_dv = tl.arange(0, BLOCK_DV)
     mask_dv = offs_dv < DV
     seq_len = tl.load(SeqLens + b).to(tl.int32)
@@ -335,21 +340,21 @@ def decode_attention_fwd(
             *common, GROUP=group, BLOCKS_PER_KV=blocks_per_kv, MAX_SPLITS=max_kv_splits,
             D=head_dim, DV=v_dim, BLOCK_H=_GROUP_BLOCK_H, BLOCK_N=cfg["BLOCK_N"], BLOCK_D=block_d,
             BLOCK_DV=block_dv, HAS_CAP=logit_cap > 0, SLOT_INT64=slot_int64, DOT_PREC=_dot_precision(q.dtype),
-            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **pdl_args(q),
         )
     else:
         grid = (bs, num_heads, max_kv_splits)
         _decode_stage1_per_head[grid](
             *common, GROUP=group, MAX_SPLITS=max_kv_splits, D=head_dim, DV=v_dim,
             BLOCK_N=cfg["BLOCK_N"], BLOCK_D=block_d, BLOCK_DV=block_dv, HAS_CAP=logit_cap > 0,
-            SLOT_INT64=slot_int64, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+            SLOT_INT64=slot_int64, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **pdl_args(q),
         )
     _decode_stage2[(bs, num_heads)](
         attn_logits, attn_lse, o, seq_lens, num_kv_splits, v_scale,
         attn_logits.stride(0), attn_logits.stride(1), attn_logits.stride(2),
         attn_lse.stride(0), attn_lse.stride(1), o.stride(0), o.stride(1),
         MAX_SPLITS=max_kv_splits, DV=v_dim, BLOCK_DV=block_dv,
-        num_warps=4 if q.is_cuda else 1,
+        num_warps=4 if q.is_cuda else 1, **pdl_args(q),
     )
 
 
