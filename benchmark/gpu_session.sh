@@ -40,6 +40,24 @@ else
   ONE=(--model-config llama3-8b --batch-size 1 8 64 256 --input-len 512 --output-len 32 --long-prefill 4096)
   OFF=(--model-config qwen3-0.6b --num-prompts 256 --input-len-range 100 1024 --output-len-range 100 1024)
 fi
+if has gemv; then
+  # Tile sweep of the skinny matmul (graph-timed, PDL); the best configs go to gemv_configs.json.
+  stage gemv 200 python3 benchmark/kernels/bench_gemv.py --out "$OUT/gemv_configs.json"
+fi
+# Every later stage uses the sweep's configs (gemv.py reads SGLANG_GEMV_CONFIGS) when it ran.
+[[ -f "$OUT/gemv_configs.json" ]] && export SGLANG_GEMV_CONFIGS="$OUT/gemv_configs.json"
+if has variants; then
+  # Decode steps with PDL and the Triton GEMV (M <= 4) switched on and off, same process image:
+  # plain = cuBLAS + plain launches, pdl = PDL launches of our kernels, gemv = GEMV without PDL,
+  # pdl_gemv = both (profiled at bs 1). Uses the sweep's configs when the gemv stage ran first.
+  VAR=(--model-config llama3-8b --batch-size 1 4 8 64 --input-len 512 --output-len 32 --bw 4.21e12 --flops 7.8e14)
+  [[ ${SMOKE:-0} == 1 ]] && VAR=(--model-config tiny-llama --batch-size 1 4 8 --input-len 32 --output-len 4 --max-total-tokens 8192)
+  for v in "plain cublas --disable-pdl" "pdl cublas" "gemv triton --disable-pdl" "pdl_gemv triton --profile-bs 1 --bench-sampler"; do
+    set -- $v
+    stage one_batch 90 python3 benchmark/bench_one_batch.py "${VAR[@]}" --skinny-matmul "$2" "${@:3}" \
+      --result-file "$OUT/one_batch.jsonl" --tag "$1"
+  done
+fi
 if has one_batch; then
   HF_ARGS=(--hf --hf-batch-size 1 8)
   [[ ${HF:-1} == 0 ]] && HF_ARGS=()
@@ -67,23 +85,6 @@ if has attn_sweep; then
   # Decode attention at the bench_one_batch shape (ctx 512 + 16): stage-1 configs and the split heuristic.
   stage bench_attention 120 python3 benchmark/kernels/bench_attention.py --only decode --sweep --sweep-ctx 528 \
     --sweep-bs 64 1 --no-extend-sweep
-fi
-if has gemv; then
-  # Tile sweep of the skinny matmul (graph-timed, PDL); the best configs go to gemv_configs.json.
-  stage gemv 200 python3 benchmark/kernels/bench_gemv.py --out "$OUT/gemv_configs.json"
-fi
-if has variants; then
-  # Decode steps with PDL and the Triton GEMV (M <= 4) switched on and off, same process image:
-  # plain = cuBLAS + plain launches, pdl = PDL launches of our kernels, gemv = GEMV without PDL,
-  # pdl_gemv = both (profiled at bs 1). Uses the sweep's configs when the gemv stage ran first.
-  [[ -f "$OUT/gemv_configs.json" ]] && export SGLANG_GEMV_CONFIGS="$OUT/gemv_configs.json"
-  VAR=(--model-config llama3-8b --batch-size 1 4 8 64 --input-len 512 --output-len 32 --bw 4.21e12 --flops 7.8e14)
-  [[ ${SMOKE:-0} == 1 ]] && VAR=(--model-config tiny-llama --batch-size 1 4 8 --input-len 32 --output-len 4 --max-total-tokens 8192)
-  for v in "plain cublas --disable-pdl" "pdl cublas" "gemv triton --disable-pdl" "pdl_gemv triton --profile-bs 1 --bench-sampler"; do
-    set -- $v
-    stage one_batch 90 python3 benchmark/bench_one_batch.py "${VAR[@]}" --skinny-matmul "$2" "${@:3}" \
-      --result-file "$OUT/one_batch.jsonl" --tag "$1"
-  done
 fi
 if has recipes; then
   # Serving recipes through real servers (benchmark/gpu_recipes.sh; carry .tok too). Servers in
