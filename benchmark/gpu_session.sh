@@ -37,7 +37,7 @@ if [[ ${SMOKE:-0} == 1 ]]; then
   OFF=(--model-config tiny-qwen3 --num-prompts 16 --input-len-range 10 60 --output-len-range 5 30
        --max-total-tokens 8192)
 else
-  ONE=(--model-config llama3-8b --batch-size 1 8 64 256 --input-len 512 --output-len 32 --long-prefill 4096)
+  ONE=(--model-config llama3-8b --batch-size 1 4 8 64 256 --input-len 512 --output-len 32 --long-prefill 4096)
   OFF=(--model-config qwen3-0.6b --num-prompts 256 --input-len-range 100 1024 --output-len-range 100 1024)
 fi
 if has gemv; then
@@ -47,7 +47,7 @@ fi
 # Every later stage uses the sweep's configs (gemv.py reads SGLANG_GEMV_CONFIGS) when it ran.
 [[ -f "$OUT/gemv_configs.json" ]] && export SGLANG_GEMV_CONFIGS="$OUT/gemv_configs.json"
 if has variants; then
-  # Decode steps with PDL and the Triton GEMV (M <= 4) switched on and off, same process image:
+  # Decode steps with PDL and the Triton GEMV (one-row matmuls) switched on and off, same process image:
   # plain = cuBLAS + plain launches, pdl = PDL launches of our kernels, gemv = GEMV without PDL,
   # pdl_gemv = both (profiled at bs 1). Uses the sweep's configs when the gemv stage ran first.
   VAR=(--model-config llama3-8b --batch-size 1 4 8 64 --input-len 512 --output-len 32 --bw 4.21e12 --flops 7.8e14)

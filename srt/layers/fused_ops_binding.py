@@ -76,7 +76,7 @@ def _agrees(candidate: Callable, reference: Callable, make_args: Callable) -> bo
 
 def bind_fused_ops(use_sgl_kernel: bool = True, skinny_matmul: bool = False, pdl: bool = True) -> dict:
     """Install the CUDA hooks; returns {op: implementation name} for the startup log and tests.
-    skinny_matmul binds the Triton GEMV for <= 4-row matmuls; pdl lets our Triton kernels launch
+    skinny_matmul binds the Triton GEMV for single-row matmuls; pdl lets our Triton kernels launch
     with programmatic dependent launch on sm_90+ (srt/layers/triton_ops/pdl.py)."""
     chosen = {"rmsnorm": triton_rmsnorm, "silu_and_mul": silu_and_mul, "rotary": triton_rotary}
     names = {k: "triton" for k in chosen}

@@ -19,7 +19,7 @@ from torch import nn
 from sglang.srt.distributed.parallel_state import get_tp_rank, get_tp_size, tp_all_reduce
 
 
-_skinny_matmul = None  # Triton GEMV for decode batches of <= 4 rows on CUDA (--skinny-matmul)
+_skinny_matmul = None  # Triton GEMV for single-row (batch-1 decode) inputs on CUDA (--skinny-matmul)
 
 
 def set_skinny_matmul(impl) -> None:
@@ -28,8 +28,8 @@ def set_skinny_matmul(impl) -> None:
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """F.linear, or the skinny-matrix kernel when one is bound and x has only a few rows."""
-    if _skinny_matmul is not None and x.is_cuda and x.dim() == 2 and x.shape[0] <= 4 and x.stride(-1) == 1:
+    """F.linear, or the skinny-matrix kernel when one is bound and x is a single row."""
+    if _skinny_matmul is not None and x.is_cuda and x.dim() == 2 and x.shape[0] == 1 and x.stride(-1) == 1:
         return _skinny_matmul(x, weight, bias)
     return F.linear(x, weight, bias)
 
