@@ -189,6 +189,15 @@ def check_silu_and_mul(n: int, inter: int, *, dtype: torch.dtype = torch.float32
     return rel_err(out, silu_and_mul_ref(x))
 
 
+def _qkv_rows(n: int, n_q: int, n_k: int, head_size: int, dtype: torch.dtype, device: str, gen: torch.Generator):
+    """q, k, v as strided column slices of one fused qkv projection, and random positions < 4096."""
+    qkv = torch.randn((n, (n_q + 2 * n_k) * head_size), generator=gen).to(dtype).to(device)
+    q = qkv[:, : n_q * head_size]
+    k = qkv[:, n_q * head_size:(n_q + n_k) * head_size]
+    v = qkv[:, (n_q + n_k) * head_size:]
+    return q, k, v, torch.randint(0, 4096, (n,), generator=gen).to(device)
+
+
 def check_rotary_store(n: int, n_q: int, n_k: int, head_size: int, *, dtype: torch.dtype = torch.float32,
                        kv_dtype: Optional[torch.dtype] = None, k_scale: float = 1.0, v_scale: float = 1.0,
                        device: str = "cpu", seed: int = 0) -> float:
@@ -197,11 +206,7 @@ def check_rotary_store(n: int, n_q: int, n_k: int, head_size: int, *, dtype: tor
     gen = torch.Generator().manual_seed(seed)
     kv_dtype = kv_dtype or dtype
     cache = build_cos_sin_cache(4096, head_size, device=device)
-    qkv = torch.randn((n, (n_q + 2 * n_k) * head_size), generator=gen).to(dtype).to(device)
-    q = qkv[:, : n_q * head_size]
-    k = qkv[:, n_q * head_size:(n_q + n_k) * head_size]
-    v = qkv[:, (n_q + n_k) * head_size:]
-    pos = torch.randint(0, 4096, (n,), generator=gen).to(device)
+    q, k, v, pos = _qkv_rows(n, n_q, n_k, head_size, dtype, device, gen)
     slots = 3 * n + 5
     loc = torch.randperm(slots, generator=gen)[:n].to(device)
     kb = torch.randn((slots, n_k, head_size), generator=gen).to(kv_dtype).to(device)
@@ -230,15 +235,11 @@ def check_rotary(n: int, n_q: int, n_k: int, head_size: int, *, rotary_dim: Opti
     gen = torch.Generator().manual_seed(seed)
     rotary_dim = rotary_dim or head_size
     cache = build_cos_sin_cache(4096, rotary_dim, device=device)
-    # q and k as strided column slices of one fused qkv projection.
-    qkv = torch.randn((n, (n_q + 2 * n_k) * head_size), generator=gen).to(dtype).to(device)
-    q = qkv[:, : n_q * head_size]
-    k = qkv[:, n_q * head_size:(n_q + n_k) * head_size]
-    v_before = qkv[:, (n_q + n_k) * head_size:].clone()
-    pos = torch.randint(0, 4096, (n,), generator=gen).to(device)
+    q, k, v, pos = _qkv_rows(n, n_q, n_k, head_size, dtype, device, gen)
+    v_before = v.clone()
     q_ref, k_ref = apply_rotary_emb_ref(pos, q, k, head_size, cache)
     apply_rotary_emb_(pos, q, k, head_size, cache)
-    untouched = torch.equal(qkv[:, (n_q + n_k) * head_size:], v_before)
+    untouched = torch.equal(v, v_before)
     return max(rel_err(q, q_ref), rel_err(k, k_ref)) if untouched else math.inf
 
 

@@ -89,13 +89,22 @@ def _has_adjustments(info: SamplingBatchInfo) -> bool:
             or info.min_tokens_block is not None or info.vocab_mask is not None)
 
 
-def greedy_torch(logits: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(ids, dead): NaN never wins, +inf counts as the largest float, first maximum wins; a row with
-    every logit -inf (or NaN) is dead and gets id 0. `logits` must be float32 (it is rewritten)."""
-    logits = torch.nan_to_num(logits, nan=float("-inf"), posinf=torch.finfo(logits.dtype).max, neginf=float("-inf"))
+def _nan_to_neg_inf(logits: torch.Tensor) -> torch.Tensor:
+    """NaN never reaches the argmax; +inf counts as the largest float."""
+    return torch.nan_to_num(logits, nan=float("-inf"), posinf=torch.finfo(logits.dtype).max, neginf=float("-inf"))
+
+
+def _pick_greedy(logits: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """One max pass over NaN-free logits gives the greedy ids and the dead rows (every logit -inf <=>
+    the max is -inf); dead rows get id 0. First maximum wins."""
     best, ids = logits.max(dim=-1)
     dead = best == float("-inf")
     return torch.where(dead, torch.zeros_like(ids), ids), dead
+
+
+def greedy_torch(logits: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(ids, dead) of float32 logits by the sampler's greedy rule: the fused kernel's reference."""
+    return _pick_greedy(_nan_to_neg_inf(logits))
 
 
 def sample(logits: torch.Tensor, info: SamplingBatchInfo, return_logprob: bool = False,
@@ -104,20 +113,18 @@ def sample(logits: torch.Tensor, info: SamplingBatchInfo, return_logprob: bool =
             and not _has_adjustments(info)):
         # Plain greedy decode on CUDA: two small kernels on the raw logits instead of a float copy,
         # nan_to_num, a single-row max (28 us at batch 1 for 128k logits) and three more ops.
-        fused = _fused_greedy(logits)
+        fused = _fused("greedy_argmax", logits)
         if fused is not None:
             return SampleOutput(next_token_ids=fused[0], invalid=fused[1])
     logits = logits.float()
     raw_logprobs = torch.log_softmax(logits, dim=-1) if return_logprob else None
     logits = logits.clone() if return_logprob else logits
     apply_logit_adjustments(logits, info)
-    # NaN never reaches the argmax; a row with nothing allowed falls back to its raw argmax below.
-    logits = torch.nan_to_num(logits, nan=float("-inf"), posinf=torch.finfo(logits.dtype).max, neginf=float("-inf"))
-    # One max pass gives the greedy ids and the dead rows (every logit -inf <=> the max is -inf).
-    best, greedy_ids = logits.max(dim=-1)
-    ids = greedy_ids if info.is_all_greedy else _sample_filtered(logits, info, greedy_ids)
-    dead = best == float("-inf")
-    ids = torch.where(dead, torch.zeros_like(ids), ids)
+    logits = _nan_to_neg_inf(logits)
+    greedy_ids, dead = _pick_greedy(logits)
+    ids = greedy_ids
+    if not info.is_all_greedy:
+        ids = torch.where(dead, torch.zeros_like(ids), _sample_filtered(logits, info, greedy_ids))
     out = SampleOutput(next_token_ids=ids, invalid=dead)
     if return_logprob:
         out.next_token_logprobs = raw_logprobs.gather(1, ids.unsqueeze(1)).squeeze(1)
@@ -133,7 +140,7 @@ def _sample_filtered(logits: torch.Tensor, info: SamplingBatchInfo, greedy_ids: 
         probs = _filter(probs, info)
     # Exponential race: argmax p / E with E ~ Exp(1) draws a token with probability p (Gumbel-max).
     rows = row_hash(info.seeds, info.steps)
-    sampled = _fused_race(probs, rows) if probs.is_cuda and FUSED_RACE else None
+    sampled = _fused("race_argmax", probs, rows) if probs.is_cuda and FUSED_RACE else None
     if sampled is None:
         sampled = race_argmax_torch(probs, rows)
     return torch.where(info.greedy, greedy_ids, sampled)
@@ -144,27 +151,16 @@ def race_argmax_torch(probs: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     return (probs / (-torch.log(noise_from_row_hash(rows, probs.shape[-1])))).argmax(dim=-1)
 
 
-def _fused_race(probs: torch.Tensor, rows: torch.Tensor) -> Optional[torch.Tensor]:
-    """The Triton race, or None (and the torch path from then on) if it cannot be built here."""
+def _fused(kernel: str, *args):
+    """A Triton sampling kernel of triton_ops/sampling.py, or None (and the torch paths from then on)
+    if it cannot be built here."""
     global FUSED_RACE
     try:
-        from sglang.srt.layers.triton_ops.sampling import race_argmax
+        from sglang.srt.layers.triton_ops import sampling
 
-        return race_argmax(probs, rows)
+        return getattr(sampling, kernel)(*args)
     except Exception as e:  # a Triton / driver mismatch must not take sampling down
-        logger.warning("fused sampling kernel unavailable, using the torch path: %s", e)
-        FUSED_RACE = False
-        return None
-
-
-def _fused_greedy(logits: torch.Tensor) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
-    global FUSED_RACE
-    try:
-        from sglang.srt.layers.triton_ops.sampling import greedy_argmax
-
-        return greedy_argmax(logits)
-    except Exception as e:  # same fallback rule as the race
-        logger.warning("fused greedy kernel unavailable, using the torch path: %s", e)
+        logger.warning("fused sampling kernel %s unavailable, using the torch path: %s", kernel, e)
         FUSED_RACE = False
         return None
 

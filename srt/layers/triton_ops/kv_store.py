@@ -15,6 +15,20 @@ from sglang.srt.layers.triton_ops.pdl import pdl_args, pdl_wait
 
 
 @triton.jit
+def store_head_rows(src, stride_sh, dst, stride_dh, inv_scale, n_heads, D: tl.constexpr, BLOCK_H: tl.constexpr,
+                    BLOCK_D: tl.constexpr, SCALED: tl.constexpr):
+    """dst[h, :D] = src[h, :D] for h < n_heads (src / dst point at one token's row), cast to dst's dtype;
+    SCALED quantises through fp32 (x * inv_scale), as fp8 pools need."""
+    offs_h = tl.arange(0, BLOCK_H)
+    offs_d = tl.arange(0, BLOCK_D)
+    m = (offs_h[:, None] < n_heads) & (offs_d[None, :] < D)
+    x = tl.load(src + offs_h[:, None] * stride_sh + offs_d[None, :], mask=m)
+    if SCALED:
+        x = x.to(tl.float32) * inv_scale
+    tl.store(dst + offs_h[:, None] * stride_dh + offs_d[None, :], x.to(dst.dtype.element_ty), mask=m)
+
+
+@triton.jit
 def _store_kv_kernel(KBuf, VBuf, Loc, K, V, stride_kbt, stride_kbh, stride_vbt, stride_vbh,
                      stride_kt, stride_kh, stride_vt, stride_vh, inv_k_scale, inv_v_scale,
                      H: tl.constexpr, D: tl.constexpr, DV: tl.constexpr,
@@ -23,21 +37,10 @@ def _store_kv_kernel(KBuf, VBuf, Loc, K, V, stride_kbt, stride_kbh, stride_vbt, 
     i = tl.program_id(0).to(tl.int64)
     pdl_wait(PDL)
     slot = tl.load(Loc + i).to(tl.int64)
-    offs_h = tl.arange(0, BLOCK_H)
-    offs_d = tl.arange(0, BLOCK_D)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    mk = (offs_h[:, None] < H) & (offs_d[None, :] < D)
-    k = tl.load(K + i * stride_kt + offs_h[:, None] * stride_kh + offs_d[None, :], mask=mk)
-    if SCALED:  # fp8 pools: quantise through fp32 (x / scale)
-        k = k.to(tl.float32) * inv_k_scale
-    tl.store(KBuf + slot * stride_kbt + offs_h[:, None] * stride_kbh + offs_d[None, :],
-             k.to(KBuf.dtype.element_ty), mask=mk)
-    mv = (offs_h[:, None] < H) & (offs_dv[None, :] < DV)
-    v = tl.load(V + i * stride_vt + offs_h[:, None] * stride_vh + offs_dv[None, :], mask=mv)
-    if SCALED:
-        v = v.to(tl.float32) * inv_v_scale
-    tl.store(VBuf + slot * stride_vbt + offs_h[:, None] * stride_vbh + offs_dv[None, :],
-             v.to(VBuf.dtype.element_ty), mask=mv)
+    store_head_rows(K + i * stride_kt, stride_kh, KBuf + slot * stride_kbt, stride_kbh, inv_k_scale, H, D,
+                    BLOCK_H, BLOCK_D, SCALED)
+    store_head_rows(V + i * stride_vt, stride_vh, VBuf + slot * stride_vbt, stride_vbh, inv_v_scale, H, DV,
+                    BLOCK_H, BLOCK_DV, SCALED)
 
 
 def store_kv(k_buffer: torch.Tensor, v_buffer: torch.Tensor, loc: torch.Tensor, k: torch.Tensor,

@@ -16,6 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
+from sglang.srt.layers.triton_ops.kv_store import store_head_rows
 from sglang.srt.layers.triton_ops.pdl import pdl_args, pdl_wait
 
 
@@ -31,8 +32,11 @@ def _rotate_heads(X, stride_x, tok, cos, sin, n_heads, HEAD_SIZE: tl.constexpr, 
     x2 = tl.load(p2, mask=mask, other=0.0)
     x1f = x1.to(tl.float32)
     x2f = x2.to(tl.float32)
-    tl.store(p1, (x1f * cos[None, :] - x2f * sin[None, :]).to(x1.dtype), mask=mask)
-    tl.store(p2, (x2f * cos[None, :] + x1f * sin[None, :]).to(x2.dtype), mask=mask)
+    r1 = (x1f * cos[None, :] - x2f * sin[None, :]).to(x1.dtype)
+    r2 = (x2f * cos[None, :] + x1f * sin[None, :]).to(x2.dtype)
+    tl.store(p1, r1, mask=mask)
+    tl.store(p2, r2, mask=mask)
+    return r1, r2  # the rounded halves [BLOCK_H, BLOCK_HALF], as stored
 
 
 @triton.jit
@@ -90,29 +94,19 @@ def _rotary_store_kernel(Pos, Q, K, V, Cache, KBuf, VBuf, Loc, stride_q, stride_
     cos = tl.load(Cache + pos * stride_c + offs_r, mask=mask_r, other=0.0).to(tl.float32)
     sin = tl.load(Cache + pos * stride_c + HALF + offs_r, mask=mask_r, other=0.0).to(tl.float32)
     _rotate_heads(Q, stride_q, tok, cos, sin, n_q_heads, HEAD_SIZE, HALF, BLOCK_HQ, BLOCK_HALF)
+    r1, r2 = _rotate_heads(K, stride_k, tok, cos, sin, n_k_heads, HEAD_SIZE, HALF, BLOCK_HK, BLOCK_HALF)
+    # The pool gets the rounded rotated k from registers (a re-read of K here could race with other
+    # threads' in-place stores), exactly what a separate store of k would have written.
     offs_h = tl.arange(0, BLOCK_HK)
     mask = (offs_h[:, None] < n_k_heads) & mask_r[None, :]
-    p1 = K + tok * stride_k + offs_h[:, None] * HEAD_SIZE + offs_r[None, :]
-    x1 = tl.load(p1, mask=mask, other=0.0)
-    x2 = tl.load(p1 + HALF, mask=mask, other=0.0)
-    r1 = (x1.to(tl.float32) * cos[None, :] - x2.to(tl.float32) * sin[None, :]).to(x1.dtype)
-    r2 = (x2.to(tl.float32) * cos[None, :] + x1.to(tl.float32) * sin[None, :]).to(x1.dtype)
-    tl.store(p1, r1, mask=mask)
-    tl.store(p1 + HALF, r2, mask=mask)
-    # The pool gets the rounded rotated k, exactly what a separate store of k would have written.
     if SCALED:
         r1 = r1.to(tl.float32) * inv_k_scale
         r2 = r2.to(tl.float32) * inv_k_scale
     d1 = KBuf + slot * stride_kbt + offs_h[:, None] * stride_kbh + offs_r[None, :]
     tl.store(d1, r1.to(KBuf.dtype.element_ty), mask=mask)
     tl.store(d1 + HALF, r2.to(KBuf.dtype.element_ty), mask=mask)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    mv = (offs_h[:, None] < n_k_heads) & (offs_dv[None, :] < DV)
-    v = tl.load(V + tok * stride_v + offs_h[:, None] * DV + offs_dv[None, :], mask=mv)
-    if SCALED:
-        v = v.to(tl.float32) * inv_v_scale
-    tl.store(VBuf + slot * stride_vbt + offs_h[:, None] * stride_vbh + offs_dv[None, :],
-             v.to(VBuf.dtype.element_ty), mask=mv)
+    store_head_rows(V + tok * stride_v, DV, VBuf + slot * stride_vbt, stride_vbh, inv_v_scale, n_k_heads, DV,
+                    BLOCK_HK, BLOCK_DV, SCALED)
 
 
 def apply_rotary_emb_and_store_(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -29,6 +29,20 @@ def _fmix32(h):
     return h
 
 
+@triton.jit
+def _first_max(vals, idxs, none_idx):
+    """(max of vals, the smallest idx among the maxima); none_idx must exceed every real index."""
+    top = tl.max(vals, 0)
+    return top, tl.min(tl.where(vals == top, idxs, none_idx), 0)
+
+
+@triton.jit
+def _store_split_best(BestVal, BestIdx, r, s, lane_best, lane_idx, none_idx, NUM_SPLITS: tl.constexpr):
+    top, first = _first_max(lane_best, lane_idx, none_idx)
+    tl.store(BestVal + r * NUM_SPLITS + s, top)
+    tl.store(BestIdx + r * NUM_SPLITS + s, first)
+
+
 @triton.jit(do_not_specialize=["vocab", "span"])
 def _race_kernel(Probs, RowHash, BestVal, BestIdx, stride_p, vocab, span, NUM_SPLITS: tl.constexpr,
                  BLOCK: tl.constexpr):
@@ -51,15 +65,27 @@ def _race_kernel(Probs, RowHash, BestVal, BestIdx, stride_p, vocab, span, NUM_SP
         better = score > lane_best  # strict: each lane keeps its first maximum
         lane_best = tl.where(better, score, lane_best)
         lane_idx = tl.where(better, cols, lane_idx)
-    top = tl.max(lane_best, 0)
-    first = tl.min(tl.where(lane_best == top, lane_idx, vocab), 0)  # the smallest id among the maxima
-    tl.store(BestVal + r * NUM_SPLITS + s, top)
-    tl.store(BestIdx + r * NUM_SPLITS + s, first)
+    _store_split_best(BestVal, BestIdx, r, s, lane_best, lane_idx, vocab, NUM_SPLITS)
 
 
 def race_num_splits(bs: int, vocab: int, block: int, num_sms: int = 132) -> int:
     """Vocabulary splits per row: about two programs per SM in all, at least one block per split."""
     return max(1, min(triton.cdiv(2 * num_sms, max(bs, 1)), triton.cdiv(vocab, block)))
+
+
+def _split_workspace(x: torch.Tensor, block: int):
+    """Vocabulary splits of x [bs, vocab] and the per-(row, split) best value / index buffers:
+    (block, splits, span, best_val, best_idx). Splits hold increasing ids, span a multiple of block."""
+    bs, vocab = x.shape
+    if not x.is_cuda:
+        block = min(block, 128)  # interpreter: keep the multi-block and multi-split paths at test sizes
+    num_sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 4
+    splits = race_num_splits(bs, vocab, block, num_sms)
+    span = triton.cdiv(triton.cdiv(vocab, splits), block) * block
+    splits = triton.cdiv(vocab, span)
+    best_val = torch.empty((bs, splits), dtype=torch.float32, device=x.device)
+    best_idx = torch.empty((bs, splits), dtype=torch.int32, device=x.device)
+    return block, splits, span, best_val, best_idx
 
 
 def race_argmax(probs: torch.Tensor, row_hash: torch.Tensor, block: int = 1024) -> torch.Tensor:
@@ -72,14 +98,7 @@ def race_argmax(probs: torch.Tensor, row_hash: torch.Tensor, block: int = 1024) 
     assert probs.stride(-1) == 1 and row_hash.shape == (bs,)
     if bs == 0:
         return torch.zeros(0, dtype=torch.int64, device=probs.device)
-    if not probs.is_cuda:
-        block = min(block, 128)  # interpreter: keep the multi-block and multi-split paths at test sizes
-    num_sms = torch.cuda.get_device_properties(probs.device).multi_processor_count if probs.is_cuda else 4
-    splits = race_num_splits(bs, vocab, block, num_sms)
-    span = triton.cdiv(triton.cdiv(vocab, splits), block) * block
-    splits = triton.cdiv(vocab, span)
-    best_val = torch.empty((bs, splits), dtype=torch.float32, device=probs.device)
-    best_idx = torch.empty((bs, splits), dtype=torch.int32, device=probs.device)
+    block, splits, span, best_val, best_idx = _split_workspace(probs, block)
     _race_kernel[(bs, splits)](probs, row_hash, best_val, best_idx, probs.stride(0), vocab, span,
                                NUM_SPLITS=splits, BLOCK=block, num_warps=4 if probs.is_cuda else 1)
     # Splits hold increasing ids, and argmax returns the first maximum: ties still go to the smallest id.
@@ -95,9 +114,6 @@ def race_argmax_ref(probs: torch.Tensor, row_hash: torch.Tensor) -> torch.Tensor
 
 
 # ------------------------------------------------------------------------------------------ greedy
-_FLT_MAX = 3.4028234663852886e38
-
-
 @triton.jit(do_not_specialize=["vocab", "span"])
 def _greedy_partial_kernel(Logits, BestVal, BestIdx, stride_l, vocab, span, NUM_SPLITS: tl.constexpr,
                            BLOCK: tl.constexpr, PDL: tl.constexpr):
@@ -118,10 +134,7 @@ def _greedy_partial_kernel(Logits, BestVal, BestIdx, stride_l, vocab, span, NUM_
         better = (x > lane_best) | ((x == lane_best) & (cols < lane_idx) & (cols < end))
         lane_best = tl.where(better, x, lane_best)
         lane_idx = tl.where(better, cols, lane_idx)
-    top = tl.max(lane_best, 0)
-    first = tl.min(tl.where(lane_best == top, lane_idx, 2147483647), 0)
-    tl.store(BestVal + r * NUM_SPLITS + s, top)
-    tl.store(BestIdx + r * NUM_SPLITS + s, first)
+    _store_split_best(BestVal, BestIdx, r, s, lane_best, lane_idx, 2147483647, NUM_SPLITS)
 
 
 @triton.jit
@@ -134,8 +147,7 @@ def _greedy_final_kernel(BestVal, BestIdx, Ids, Dead, NUM_SPLITS: tl.constexpr, 
     m = offs < NUM_SPLITS
     val = tl.load(BestVal + r * NUM_SPLITS + offs, mask=m, other=float("-inf"))
     idx = tl.load(BestIdx + r * NUM_SPLITS + offs, mask=m, other=2147483647)
-    top = tl.max(val, 0)
-    first = tl.min(tl.where(val == top, idx, 2147483647), 0)
+    top, first = _first_max(val, idx, 2147483647)
     dead = top == float("-inf")
     tl.store(Ids + r, tl.where(dead, 0, first).to(tl.int64))
     tl.store(Dead + r, dead)
@@ -151,14 +163,7 @@ def greedy_argmax(logits: torch.Tensor, block: int = 1024) -> Tuple[torch.Tensor
     dead = torch.empty(bs, dtype=torch.bool, device=logits.device)
     if bs == 0:
         return ids, dead
-    if not logits.is_cuda:
-        block = min(block, 128)
-    num_sms = torch.cuda.get_device_properties(logits.device).multi_processor_count if logits.is_cuda else 4
-    splits = race_num_splits(bs, vocab, block, num_sms)
-    span = triton.cdiv(triton.cdiv(vocab, splits), block) * block
-    splits = triton.cdiv(vocab, span)
-    best_val = torch.empty((bs, splits), dtype=torch.float32, device=logits.device)
-    best_idx = torch.empty((bs, splits), dtype=torch.int32, device=logits.device)
+    block, splits, span, best_val, best_idx = _split_workspace(logits, block)
     warps = 4 if logits.is_cuda else 1
     _greedy_partial_kernel[(bs, splits)](logits, best_val, best_idx, logits.stride(0), vocab, span,
                                          NUM_SPLITS=splits, BLOCK=block, num_warps=warps, **pdl_args(logits))
