@@ -35,6 +35,7 @@ from sglang.srt.layers.attention.triton_ops.decode_attention import (
 )
 from sglang.srt.layers.attention.triton_ops.extend_attention import extend_attention_fwd, extend_attention_ref
 from sglang.srt.layers.triton_ops.gemv import gemv, gemv_ref
+from sglang.srt.layers.triton_ops.small_m_gemm import small_m_matmul
 from sglang.srt.layers.triton_ops.rotary import apply_rotary_emb_and_store_
 from sglang.srt.layers.triton_ops.sampling import greedy_argmax, race_argmax, race_argmax_ref
 from sglang.srt.layers.triton_ops import (
@@ -109,7 +110,7 @@ def check_decode(seq_lens: Sequence[int], num_heads: int, num_kv_heads: int, hea
                  v_dim: Optional[int] = None, max_kv_splits: int = 4, splits: str = "auto",
                  logit_cap: float = 0.0, grouped: Optional[bool] = None, q_view: bool = False,
                  config: Optional[dict] = None, dtype: torch.dtype = torch.float32, device: str = "cpu",
-                 seed: int = 0) -> float:
+                 k_scale: float = 1.0, v_scale: float = 1.0, seed: int = 0) -> float:
     gen = torch.Generator().manual_seed(seed)
     v_dim = v_dim or head_dim
     bs = len(seq_lens)
@@ -133,16 +134,16 @@ def check_decode(seq_lens: Sequence[int], num_heads: int, num_kv_heads: int, hea
     sm_scale = 1.0 / math.sqrt(head_dim)
     decode_attention_fwd(q, pb.k_buffer, pb.v_buffer, o, pb.req_to_token, pb.req_pool_indices, pb.seq_lens,
                          attn_logits, attn_lse, nks, max_kv_splits, sm_scale, logit_cap, grouped=grouped,
-                         config=config)
+                         config=config, k_scale=k_scale, v_scale=v_scale)
     ref = decode_attention_ref(q, pb.k_buffer, pb.v_buffer, pb.req_to_token, pb.req_pool_indices, pb.seq_lens,
-                               sm_scale, logit_cap)
+                               sm_scale, logit_cap, k_scale=k_scale, v_scale=v_scale)
     return rel_err(o, ref)
 
 
 def check_extend(prefix_lens: Sequence[int], extend_lens: Sequence[int], num_heads: int, num_kv_heads: int,
                  head_dim: int, *, v_dim: Optional[int] = None, logit_cap: float = 0.0,
                  config: Optional[dict] = None, dtype: torch.dtype = torch.float32, device: str = "cpu",
-                 seed: int = 0) -> float:
+                 k_scale: float = 1.0, v_scale: float = 1.0, seed: int = 0) -> float:
     gen = torch.Generator().manual_seed(seed)
     v_dim = v_dim or head_dim
     seq_lens = [p + e for p, e in zip(prefix_lens, extend_lens)]
@@ -228,6 +229,17 @@ def check_gemv(m: int, n: int, k: int, *, bias: bool = False, config: Optional[d
     w = torch.randn((n, k), generator=gen).to(dtype).to(device)
     b = torch.randn((n,), generator=gen).to(dtype).to(device) if bias else None
     return rel_err(gemv(x, w, b, config=config), gemv_ref(x, w, b))
+
+
+def check_small_m(m: int, n: int, k: int, *, bias: bool = False, config: Optional[dict] = None,
+                  dtype: torch.dtype = torch.float16, device: str = "cpu", seed: int = 0) -> float:
+    """The tensor-core small-M matmul vs fp32 torch, same inputs as check_gemv (strided x rows,
+    N and K off the tiles). fp16 on the CPU: the interpreter's bf16 tl.dot is wrong."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn((m, k + 5), generator=gen).to(dtype).to(device)[:, 2:k + 2]
+    w = torch.randn((n, k), generator=gen).to(dtype).to(device)
+    b = torch.randn((n,), generator=gen).to(dtype).to(device) if bias else None
+    return rel_err(small_m_matmul(x, w, b, config=config), gemv_ref(x, w, b))
 
 
 def check_rotary(n: int, n_q: int, n_k: int, head_size: int, *, rotary_dim: Optional[int] = None,
@@ -328,6 +340,11 @@ def decode_cases(full: bool) -> List[tuple]:
         ("decode Dv!=D (D80, Dv64)", lambda s: check_decode(_LENS_A, 6, 2, 80, v_dim=64, seed=s)),
         ("decode long 8 splits D128", lambda s: check_decode([300, 129, 7], 8, 2, 128, max_kv_splits=8,
                                                                  splits="8", seed=s)),
+        # Random split counts mix single-split requests (stage 1 writes o, scaled) with merged ones.
+        ("decode scales, 1-split + merged rows", lambda s: check_decode(_LENS_B, 8, 2, 64, splits="random",
+                                                                        k_scale=0.7, v_scale=1.9, seed=s)),
+        ("decode per-head scales, random splits", lambda s: check_decode(_LENS_A, 3, 3, 64, splits="random",
+                                                                         k_scale=1.3, v_scale=0.6, seed=s)),
         ("decode CUDA tiles (BLOCK_N 64)", lambda s: check_decode([200, 64, 65, 1], 8, 2, 80, splits="random",
                                                                   config=dict(BLOCK_N=64), seed=s)),
         # Half precision exercises the casts before tl.dot. fp16, not bf16: the triton 3.9
@@ -398,6 +415,12 @@ def fused_cases(full: bool) -> List[tuple]:
         ("gemv M4 N9 K70 (one K tile)", lambda s: check_gemv(4, 9, 70, seed=s,
                                                              config=dict(BLOCK_N=8, BLOCK_K=128, num_warps=1))),
         ("gemv M2 bf16 default config", lambda s: check_gemv(2, 24, 600, dtype=torch.bfloat16, seed=s), 1e-2),
+        ("small-M M2 N37 K300 (tails)", lambda s: check_small_m(2, 37, 300, seed=s, config=dict(
+            BLOCK_N=16, BLOCK_K=64, PREFETCH=0, num_warps=1, num_stages=1)), 1e-2),
+        ("small-M M17 N40 K200 prefetch bias", lambda s: check_small_m(17, 40, 200, bias=True, seed=s, config=dict(
+            BLOCK_N=16, BLOCK_K=64, PREFETCH=1, num_warps=1, num_stages=1)), 1e-2),
+        ("small-M M64 N32 K128 prefetch one tile", lambda s: check_small_m(64, 32, 128, seed=s, config=dict(
+            BLOCK_N=32, BLOCK_K=128, PREFETCH=1, num_warps=1, num_stages=1)), 1e-2),
         ("greedy bs3 V1000 (splits)", lambda s: check_greedy(3, 1000, seed=s)),
         ("greedy ties bs4 V3000", lambda s: check_greedy(4, 3000, kind="ties", seed=s)),
         ("greedy NaN / inf / dead rows bs5 V900", lambda s: check_greedy(5, 900, kind="special", seed=s)),

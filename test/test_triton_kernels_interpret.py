@@ -57,6 +57,10 @@ def test_num_kv_splits_heuristic() -> None:
     assert mixed[0] > mixed[1] >= 1 and mixed[2] == 1 and mixed[3] == 1
     big = compute_num_kv_splits(torch.full((256,), 4096), 32, 8, max_kv_splits=16, num_sms=132)
     assert big.tolist() == [1] * 256  # 2048 programs already fill the GPU
+    # The split counts the H200 table of forced splits found fastest (RESULTS.md run 8, ctx 528-4096):
+    for bs, ctx, want in ((64, 528, 1), (64, 4096, 1), (128, 1024, 1), (32, 528, 2), (16, 2048, 4)):
+        got = compute_num_kv_splits(torch.full((bs,), ctx), 32, 8, max_kv_splits=16, num_sms=132)
+        assert got.tolist() == [want] * bs, (bs, ctx, got[0].item())
     out = torch.zeros(3, dtype=torch.int32)
     res = compute_num_kv_splits(torch.tensor([512, 512, 512]), 32, 8, max_kv_splits=8, num_sms=132, out=out)
     assert res is out and all(1 <= n <= 8 for n in out.tolist())

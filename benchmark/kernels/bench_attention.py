@@ -359,15 +359,27 @@ SWEEP_CTX = 4096
 SWEEP_BS = (1, 64, 256)
 
 
+def _forced_splits(s: "DecodeSetup", splits: Optional[int]) -> None:
+    """Every request gets `splits` splits (None: the backend's heuristic)."""
+    if splits is None:
+        compute_num_kv_splits(s.seq_lens, s.h, s.hkv, s.max_kv_splits, out=s.num_kv_splits)
+    else:
+        s.num_kv_splits.fill_(splits)
+
+
 def sweep(args) -> None:
     h, hkv, d = SWEEP_HEADS
-    ctx = args.sweep_ctx
-    print(f"\n== Sweep: decode stage-1 config (heads {h}/{hkv}/{d}, ctx {ctx}) - us per call ==")
+    ctx = args.sweep_ctx[0]
+    forced = args.sweep_config_splits
+    print(f"\n== Sweep: decode stage-1 config (heads {h}/{hkv}/{d}, ctx {ctx}, "
+          f"splits {forced or 'heuristic'}) - us per call ==")
     configs = [dict(BLOCK_N=bn, num_warps=w, num_stages=st)
-               for bn, w, st in itertools.product((32, 64, 128), (2, 4, 8), (1, 2, 3))]
+               for bn, w, st in itertools.product((16, 32, 64), (1, 2, 4), (1, 2, 3, 4))]
+    configs += [dict(BLOCK_N=128, num_warps=w, num_stages=st) for w, st in itertools.product((4, 8), (1, 2))]
     for bs in args.sweep_bs:
         n_layers = layers_for(bs * ctx * hkv * 2 * d * 2)
         s = DecodeSetup(bs, ctx, h, hkv, d, args.max_kv_splits, n_layers)
+        _forced_splits(s, forced)
         ref = decode_attention_ref(s.q, s.k[0], s.v[0], s.req_to_token, s.rows, s.seq_lens, s.scale)
         floor_ms = s.floor_bytes() / args.bw * 1e3
         results = []
@@ -381,24 +393,31 @@ def sweep(args) -> None:
                 results.append((t_ms, cfg, ""))
             except Exception as e:  # e.g. out of shared memory
                 results.append((math.inf, cfg, type(e).__name__))
+        t_default, _ = time_layers([s.triton_call(i) for i in range(n_layers)])
         results.sort(key=lambda r: r[0])
-        print(f"  bs {bs}: floor {floor_ms * 1e3:.1f} us; best 5:")
-        for t_ms, cfg, note in results[:5]:
+        print(f"  bs {bs}: floor {floor_ms * 1e3:.1f} us; default config {t_default * 1e3:.1f} us; best 6:")
+        for t_ms, cfg, note in results[:6]:
             print(f"    {t_ms * 1e3:8.1f} us ({100 * floor_ms / t_ms:3.0f}% floor) {cfg} {note}")
         del s
         torch.cuda.empty_cache()
 
-    print(f"\n== Sweep: decode split heuristic (waves x max_kv_splits), ctx {ctx} ==")
-    for bs in args.sweep_bs[:2]:
-        for max_splits, waves in itertools.product((8, 16, 32), (1, 2, 3, 4, 6, 8)):
-            n_layers = layers_for(bs * ctx * hkv * 2 * d * 2)
-            s = DecodeSetup(bs, ctx, h, hkv, d, max_splits, n_layers)
-            compute_num_kv_splits(s.seq_lens, h, hkv, max_splits, waves=waves, out=s.num_kv_splits)
+    split_choices = (1, 2, 3, 4, 8)
+    print(f"\n== Sweep: forced split counts vs the heuristic (max_kv_splits {args.max_kv_splits}), "
+          f"us per layer (% of the byte floor) ==")
+    print(f"{'ctx':>5} {'bs':>4} " + " ".join(f"{f'{n} split':>14}" for n in split_choices)
+          + "   heuristic picks (waves 2 / 3 / 4)")
+    for ctx_i, bs in itertools.product(args.sweep_ctx, args.sweep_splits_bs):
+        n_layers = layers_for(bs * ctx_i * hkv * 2 * d * 2)
+        s = DecodeSetup(bs, ctx_i, h, hkv, d, args.max_kv_splits, n_layers)
+        floor_ms = s.floor_bytes() / args.bw * 1e3
+        cells = []
+        for n in split_choices:
+            _forced_splits(s, n)
             t_ms, _ = time_layers([s.triton_call(i) for i in range(n_layers)])
-            floor_ms = s.floor_bytes() / args.bw * 1e3
-            print(f"  bs {bs:>3} max_splits {max_splits:>2} waves {waves}: splits {int(s.num_kv_splits.max()):>2} "
-                  f"{t_ms * 1e3:8.1f} us ({100 * floor_ms / t_ms:3.0f}% floor)")
-            del s
+            cells.append(f"{t_ms * 1e3:7.1f} ({100 * floor_ms / t_ms:3.0f}%)")
+        picks = [int(compute_num_kv_splits(s.seq_lens, h, hkv, args.max_kv_splits, waves=w).max()) for w in (2, 3, 4)]
+        print(f"{ctx_i:>5} {bs:>4} " + " ".join(f"{c:>14}" for c in cells) + "   " + " / ".join(map(str, picks)))
+        del s
         torch.cuda.empty_cache()
 
     if args.no_extend_sweep:
@@ -431,8 +450,13 @@ def main() -> int:
     ap.add_argument("--max-kv-splits", type=int, default=16)
     ap.add_argument("--only", default="decode,extend,fused", help="comma list of decode,extend,fused")
     ap.add_argument("--sweep", action="store_true", help="also sweep launch configs / split heuristic")
-    ap.add_argument("--sweep-ctx", type=int, default=SWEEP_CTX, help="context length of the decode sweeps")
-    ap.add_argument("--sweep-bs", type=int, nargs="+", default=list(SWEEP_BS), help="batch sizes of the decode sweeps")
+    ap.add_argument("--sweep-ctx", type=int, nargs="+", default=[SWEEP_CTX],
+                    help="context lengths of the split table (the config sweep uses the first)")
+    ap.add_argument("--sweep-bs", type=int, nargs="+", default=list(SWEEP_BS), help="batch sizes of the config sweep")
+    ap.add_argument("--sweep-config-splits", type=int, default=None,
+                    help="split count of every request in the config sweep (default: the heuristic's)")
+    ap.add_argument("--sweep-splits-bs", type=int, nargs="+", default=[16, 32, 64, 128],
+                    help="batch sizes of the forced-split table")
     ap.add_argument("--no-extend-sweep", action="store_true")
     args = ap.parse_args()
     if not torch.cuda.is_available():

@@ -6,7 +6,8 @@ scattered slots of k_buffer / v_buffer; req_to_token[row, pos] gives the slot.
 Stage 1 cuts each request's positions into num_kv_splits[b] chunks and gives every
 (request, head block, split) its own program, so one long request still fills the GPU. Each program
 writes a normalised partial output and its log-sum-exp into fp32 workspaces. Stage 2 merges the
-splits of each (request, head) with a log-sum-exp weighted sum.
+splits of each (request, head) with a log-sum-exp weighted sum. A request with a single split (large
+batches, short contexts) is finished by stage 1, which writes o itself; its stage-2 programs only wait.
 
 CUDA-graph safety: the launch never reads device values on the host. Both grids depend only on
 bs, the head counts and max_kv_splits; the per-request split count is read inside the kernels from a
@@ -15,7 +16,7 @@ sequence lengths are. A row with seq_len == 0 (a padded graph row) gets an all-z
 
 Workspace contract: attn_logits[b, h, s] holds split s's softmax-normalised output and
 attn_lse[b, h, s] its natural-log sum-exp of the scaled (and capped) logits; entries of splits that
-are out of range or empty are left untouched and never read.
+are out of range or empty, and all entries of single-split requests, are left untouched and never read.
 """
 
 from __future__ import annotations
@@ -43,21 +44,22 @@ def _soft_cap(x, logit_cap, HAS_CAP: tl.constexpr):
 
 @triton.jit
 def _split_bounds(SeqLens, NumSplits, b, split, MAX_SPLITS: tl.constexpr):
-    """[start, end) of split `split` of request b; start >= end means the split is empty."""
+    """([start, end) of split `split` of request b, its clamped split count); start >= end means
+    the split is empty."""
     seq_len = tl.load(SeqLens + b).to(tl.int32)
     n_splits = tl.minimum(tl.maximum(tl.load(NumSplits + b).to(tl.int32), 1), MAX_SPLITS)
     split_len = tl.cdiv(seq_len, n_splits)
     start = split * split_len
     end = tl.minimum(start + split_len, seq_len)
-    return start, end
+    return start, end, n_splits
 
 
 @triton.jit
 def _decode_stage1_grouped(
-    Q, K, V, ReqToToken, ReqPoolIdx, SeqLens, NumSplits, Mid, MidLse,
-    sm_scale, logit_cap,
+    Q, K, V, ReqToToken, ReqPoolIdx, SeqLens, NumSplits, Mid, MidLse, O,
+    sm_scale, logit_cap, v_scale,
     stride_qb, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_rt,
-    stride_mb, stride_mh, stride_ms, stride_lb, stride_lh,
+    stride_mb, stride_mh, stride_ms, stride_lb, stride_lh, stride_ob, stride_oh,
     GROUP: tl.constexpr, BLOCKS_PER_KV: tl.constexpr, MAX_SPLITS: tl.constexpr,
     D: tl.constexpr, DV: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
@@ -65,9 +67,13 @@ def _decode_stage1_grouped(
 ):
     """One program = (request, block of query heads sharing one kv head, split): K/V read once."""
     b = tl.program_id(0)
-    pdl_wait(PDL)
     hb = tl.program_id(1)
     split = tl.program_id(2)
+    # The lengths, split counts and slot rows are written before the step's first kernel, never by
+    # the kernel just before this one, so they are read before the PDL wait (off the critical path).
+    start, end, n_splits = _split_bounds(SeqLens, NumSplits, b, split, MAX_SPLITS)
+    slot_row = ReqToToken + tl.load(ReqPoolIdx + b).to(tl.int64) * stride_rt
+    pdl_wait(PDL)
     kv_head = hb // BLOCKS_PER_KV
     local = (hb % BLOCKS_PER_KV) * BLOCK_H + tl.arange(0, BLOCK_H)
     mask_h = local < GROUP
@@ -78,9 +84,7 @@ def _decode_stage1_grouped(
     mask_d = offs_d < D
     mask_dv = offs_dv < DV
 
-    start, end = _split_bounds(SeqLens, NumSplits, b, split, MAX_SPLITS)
     if start < end:
-        slot_row = ReqToToken + tl.load(ReqPoolIdx + b).to(tl.int64) * stride_rt
         k_base = K + kv_head * stride_kh
         v_base = V + kv_head * stride_vh
         q = tl.load(Q + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
@@ -114,18 +118,23 @@ def _decode_stage1_grouped(
             m_i = m_new
         # Every row saw at least one unmasked position (start < end), so l_i > 0.
         out = acc / l_i[:, None]
-        tl.store(Mid + b * stride_mb + heads[:, None] * stride_mh + split * stride_ms + offs_dv[None, :],
-                 out, mask=mask_h[:, None] & mask_dv[None, :])
-        lse = (m_i + tl.log2(l_i)) * 0.6931471805599453  # back to natural log (x ln 2)
-        tl.store(MidLse + b * stride_lb + heads * stride_lh + split, lse, mask=mask_h)
+        mask_out = mask_h[:, None] & mask_dv[None, :]
+        if n_splits == 1:  # the whole request in this program: final output, stage 2 skips it
+            tl.store(O + b * stride_ob + heads[:, None] * stride_oh + offs_dv[None, :],
+                     (out * v_scale).to(O.dtype.element_ty), mask=mask_out)
+        else:
+            tl.store(Mid + b * stride_mb + heads[:, None] * stride_mh + split * stride_ms + offs_dv[None, :],
+                     out, mask=mask_out)
+            lse = (m_i + tl.log2(l_i)) * 0.6931471805599453  # back to natural log (x ln 2)
+            tl.store(MidLse + b * stride_lb + heads * stride_lh + split, lse, mask=mask_h)
 
 
 @triton.jit
 def _decode_stage1_per_head(
-    Q, K, V, ReqToToken, ReqPoolIdx, SeqLens, NumSplits, Mid, MidLse,
-    sm_scale, logit_cap,
+    Q, K, V, ReqToToken, ReqPoolIdx, SeqLens, NumSplits, Mid, MidLse, O,
+    sm_scale, logit_cap, v_scale,
     stride_qb, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_rt,
-    stride_mb, stride_mh, stride_ms, stride_lb, stride_lh,
+    stride_mb, stride_mh, stride_ms, stride_lb, stride_lh, stride_ob, stride_oh,
     GROUP: tl.constexpr, MAX_SPLITS: tl.constexpr,
     D: tl.constexpr, DV: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
@@ -133,9 +142,11 @@ def _decode_stage1_per_head(
 ):
     """One program = (request, query head, split); vector math, no MMA. Used when GROUP == 1."""
     b = tl.program_id(0)
-    pdl_wait(PDL)
     h = tl.program_id(1)
     split = tl.program_id(2)
+    start, end, n_splits = _split_bounds(SeqLens, NumSplits, b, split, MAX_SPLITS)  # before the wait: see above
+    slot_row = ReqToToken + tl.load(ReqPoolIdx + b).to(tl.int64) * stride_rt
+    pdl_wait(PDL)
     kv_head = h // GROUP
     offs_d = tl.arange(0, BLOCK_D)
     offs_dv = tl.arange(0, BLOCK_DV)
@@ -143,9 +154,7 @@ def _decode_stage1_per_head(
     mask_d = offs_d < D
     mask_dv = offs_dv < DV
 
-    start, end = _split_bounds(SeqLens, NumSplits, b, split, MAX_SPLITS)
     if start < end:
-        slot_row = ReqToToken + tl.load(ReqPoolIdx + b).to(tl.int64) * stride_rt
         k_base = K + kv_head * stride_kh
         v_base = V + kv_head * stride_vh
         q = tl.load(Q + b * stride_qb + h * stride_qh + offs_d, mask=mask_d, other=0.0).to(tl.float32)
@@ -172,8 +181,12 @@ def _decode_stage1_per_head(
                         mask=mask_n[:, None] & mask_dv[None, :], other=0.0)
             acc = acc * alpha + tl.sum(p[:, None] * v.to(tl.float32), 0)
             m_i = m_new
-        tl.store(Mid + b * stride_mb + h * stride_mh + split * stride_ms + offs_dv, acc / l_i, mask=mask_dv)
-        tl.store(MidLse + b * stride_lb + h * stride_lh + split, (m_i + tl.log2(l_i)) * 0.6931471805599453)
+        if n_splits == 1:
+            tl.store(O + b * stride_ob + h * stride_oh + offs_dv, (acc * (v_scale / l_i)).to(O.dtype.element_ty),
+                     mask=mask_dv)
+        else:
+            tl.store(Mid + b * stride_mb + h * stride_mh + split * stride_ms + offs_dv, acc / l_i, mask=mask_dv)
+            tl.store(MidLse + b * stride_lb + h * stride_lh + split, (m_i + tl.log2(l_i)) * 0.6931471805599453)
 
 
 @triton.jit
@@ -182,34 +195,37 @@ def _decode_stage2(
     stride_mb, stride_mh, stride_ms, stride_lb, stride_lh, stride_ob, stride_oh,
     MAX_SPLITS: tl.constexpr, DV: tl.constexpr, BLOCK_DV: tl.constexpr, PDL: tl.constexpr,
 ):
-    """Merge the splits of one (request, head): out = sum_s exp(lse_s - M) o_s / sum_s exp(lse_s - M)."""
+    """Merge the splits of one (request, head): out = sum_s exp(lse_s - M) o_s / sum_s exp(lse_s - M).
+    Requests with one split were finished by stage 1; an empty request (seq_len 0) gets zeros."""
     b = tl.program_id(0)
     h = tl.program_id(1)
-    pdl_wait(PDL)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    mask_dv = offs_dv < DV
     seq_len = tl.load(SeqLens + b).to(tl.int32)
     n_splits = tl.minimum(tl.maximum(tl.load(NumSplits + b).to(tl.int32), 1), MAX_SPLITS)
-    split_len = tl.maximum(tl.cdiv(seq_len, n_splits), 1)
-    # Splits [0, n_written) are exactly the non-empty ones stage 1 wrote; seq_len 0 gives none.
-    n_written = tl.cdiv(seq_len, split_len)
-
-    # Finite start value: an all-empty row (seq_len 0) ends with acc = 0, e_sum = 0 and no NaN.
-    e_max = -1e30
-    e_sum = 0.0
-    acc = tl.zeros([BLOCK_DV], tl.float32)
-    for s in range(0, n_written):
-        lse = tl.load(MidLse + b * stride_lb + h * stride_lh + s)
-        o_s = tl.load(Mid + b * stride_mb + h * stride_mh + s * stride_ms + offs_dv, mask=mask_dv, other=0.0)
-        new_max = tl.maximum(e_max, lse)
-        rescale = tl.exp(e_max - new_max)
-        w = tl.exp(lse - new_max)
-        acc = acc * rescale + w * o_s
-        e_sum = e_sum * rescale + w
-        e_max = new_max
-    # e_sum >= 1 unless no split was written. v_scale dequantises an fp8 V pool: sum_j p_j (s v_j) = s sum_j p_j v_j.
-    out = acc * (v_scale / tl.where(e_sum > 0.0, e_sum, 1.0))
-    tl.store(O + b * stride_ob + h * stride_oh + offs_dv, out.to(O.dtype.element_ty), mask=mask_dv)
+    # Every program waits, even one with nothing to merge: the next kernel's wait covers only this
+    # grid, so this grid must not finish before stage 1 has.
+    pdl_wait(PDL)
+    if (n_splits > 1) | (seq_len == 0):
+        offs_dv = tl.arange(0, BLOCK_DV)
+        mask_dv = offs_dv < DV
+        split_len = tl.maximum(tl.cdiv(seq_len, n_splits), 1)
+        # Splits [0, n_written) are exactly the non-empty ones stage 1 wrote; seq_len 0 gives none.
+        n_written = tl.cdiv(seq_len, split_len)
+        # Finite start value: an all-empty row (seq_len 0) ends with acc = 0, e_sum = 0 and no NaN.
+        e_max = -1e30
+        e_sum = 0.0
+        acc = tl.zeros([BLOCK_DV], tl.float32)
+        for s in range(0, n_written):
+            lse = tl.load(MidLse + b * stride_lb + h * stride_lh + s)
+            o_s = tl.load(Mid + b * stride_mb + h * stride_mh + s * stride_ms + offs_dv, mask=mask_dv, other=0.0)
+            new_max = tl.maximum(e_max, lse)
+            rescale = tl.exp(e_max - new_max)
+            w = tl.exp(lse - new_max)
+            acc = acc * rescale + w * o_s
+            e_sum = e_sum * rescale + w
+            e_max = new_max
+        # e_sum >= 1 unless no split was written. v_scale dequantises an fp8 V pool: sum_j p_j (s v_j) = s sum_j p_j v_j.
+        out = acc * (v_scale / tl.where(e_sum > 0.0, e_sum, 1.0))
+        tl.store(O + b * stride_ob + h * stride_oh + offs_dv, out.to(O.dtype.element_ty), mask=mask_dv)
 
 
 def _stage1_config(block_d: int, grouped: bool, on_cuda: bool) -> dict:
@@ -247,7 +263,7 @@ def compute_num_kv_splits(
     max_kv_splits: int,
     out: Optional[torch.Tensor] = None,
     num_sms: Optional[int] = None,
-    waves: int = 4,
+    waves: int = 3,
     min_split_len: int = 64,
 ) -> torch.Tensor:
     """Per-request split counts [bs] int32, computed on the device (no host sync, graph-capturable).
@@ -256,6 +272,9 @@ def compute_num_kv_splits(
     `waves` x num_sms programs: the target split length is total_work / target_programs, never
     below `min_split_len` (a split also pays for a stage-2 read and a partial write). Long requests
     therefore get more splits than short ones, and large batches get 1 split each.
+    waves = 3 from the H200 table of forced split counts (RESULTS.md, run 8; Llama-3-8B heads, ctx
+    528-4096): it picks 1 split from batch 64 on (1 split was fastest or within 1% there; 4 waves
+    gave 2 splits at batch 64, 13% slower at ctx 528), 2 at batch 32 and 4 at batch 16.
     Pass `out` (a persistent int32 tensor) when capturing a CUDA graph.
     """
     if num_sms is None:
@@ -327,11 +346,11 @@ def decode_attention_fwd(
     slot_int64 = max(k_buffer.shape[0] * k_buffer.stride(0), v_buffer.shape[0] * v_buffer.stride(0)) >= 2**31
     common = (
         q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, num_kv_splits,
-        attn_logits, attn_lse, sm_scale * k_scale, logit_cap,
+        attn_logits, attn_lse, o, sm_scale * k_scale, logit_cap, v_scale,
         q.stride(0), q.stride(1), k_buffer.stride(0), k_buffer.stride(1),
         v_buffer.stride(0), v_buffer.stride(1), req_to_token.stride(0),
         attn_logits.stride(0), attn_logits.stride(1), attn_logits.stride(2),
-        attn_lse.stride(0), attn_lse.stride(1),
+        attn_lse.stride(0), attn_lse.stride(1), o.stride(0), o.stride(1),
     )
     if grouped:
         blocks_per_kv = triton.cdiv(group, _GROUP_BLOCK_H)
