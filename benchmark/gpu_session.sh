@@ -8,8 +8,8 @@ set -uo pipefail
 OUT=${OUT:-benchmark/out}
 mkdir -p "$OUT"
 source "$(dirname "$0")/gpu_env.sh"
-# Stages can be picked: STAGES="tests one_batch one_batch_fp8 offline kernels attn_sweep gemv variants recipes"
-# (default: the first five).
+# Stages can be picked: STAGES="tests one_batch one_batch_fp8 offline kernels attn_sweep attn_splits gemv small_m
+# variants variants_m recipes" (default: the first five).
 STAGES=${STAGES:-"tests one_batch one_batch_fp8 offline kernels"}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 # At most 8 files come back from $OUT: stages append to a few logs.
@@ -46,6 +46,28 @@ if has gemv; then
 fi
 # Every later stage uses the sweep's configs (gemv.py reads SGLANG_GEMV_CONFIGS) when it ran.
 [[ -f "$OUT/gemv_configs.json" ]] && export SGLANG_GEMV_CONFIGS="$OUT/gemv_configs.json"
+# The small-M tiles the variants_m stage binds: the small_m stage's output, or SMALL_M_JSON=<file>.
+SMALL_M_JSON=${SMALL_M_JSON:-$OUT/small_m_configs.json}
+if has small_m; then
+  # Tile sweep of the tensor-core small-M matmul at 8 and 64 rows against cuBLAS; the configs that
+  # beat cuBLAS go to $SMALL_M_JSON.
+  stage small_m 300 python3 benchmark/kernels/bench_small_m.py --out "$SMALL_M_JSON"
+fi
+if has variants_m; then
+  # Decode steps with the 2-64-row matmuls on cuBLAS, on our kernel where the sweep found it faster
+  # (auto with $SMALL_M_JSON, profiled at bs 64), and on our kernel everywhere (triton).
+  export SGLANG_SMALL_M_CONFIGS="$SMALL_M_JSON"
+  VAR=(--model-config llama3-8b --batch-size 1 4 8 64 --input-len 512 --output-len 32 --bw 4.21e12 --flops 7.8e14)
+  [[ ${SMOKE:-0} == 1 ]] && VAR=(--model-config tiny-llama --batch-size 1 4 8 --input-len 32 --output-len 4 --max-total-tokens 8192)
+  PROF=64
+  [[ ${SMOKE:-0} == 1 ]] && PROF=8
+  for v in "m_cublas cublas" "m_auto auto --profile-bs $PROF" "m_triton triton"; do
+    set -- $v
+    stage one_batch 90 python3 benchmark/bench_one_batch.py "${VAR[@]}" --skinny-matmul "$2" "${@:3}" \
+      --result-file "$OUT/one_batch.jsonl" --tag "$1"
+  done
+  unset SGLANG_SMALL_M_CONFIGS
+fi
 if has variants; then
   # Decode steps with PDL and the Triton GEMV (one-row matmuls) switched on and off, same process image:
   # plain = cuBLAS + plain launches, pdl = PDL launches of our kernels, gemv = GEMV without PDL,
@@ -85,6 +107,12 @@ if has attn_sweep; then
   # Decode attention at the bench_one_batch shape (ctx 512 + 16): stage-1 configs and the split heuristic.
   stage bench_attention 120 python3 benchmark/kernels/bench_attention.py --only decode --sweep --sweep-ctx 528 \
     --sweep-bs 64 1 --no-extend-sweep
+fi
+if has attn_splits; then
+  # Decode attention: stage-1 configs with one split at the bs-64 shape, then every request forced to
+  # 1/2/3/4/8 splits at ctx 528-4096 and bs 16-128 next to what the split heuristic picks.
+  stage bench_attention 200 python3 benchmark/kernels/bench_attention.py --only decode --sweep \
+    --sweep-ctx 528 1024 2048 4096 --sweep-bs 64 --sweep-config-splits 1 --no-extend-sweep
 fi
 if has recipes; then
   # Serving recipes through real servers (benchmark/gpu_recipes.sh; carry .tok too). Servers in

@@ -94,8 +94,10 @@ class ServerArgs:
     disable_cuda_graph: bool = _f(False, "Run decode eagerly instead of replaying CUDA graphs.")
     cuda_graph_max_bs: Optional[int] = _f(None, "Largest decode batch captured in a CUDA graph.")
     enable_torch_compile: bool = _f(False, "torch.compile the small fused ops.")
-    skinny_matmul: str = _f("auto", "Single-row matmuls (batch-1 decode) on CUDA: our Triton GEMV or cuBLAS; "
-                            "auto = triton on sm_90+.", ("auto", "triton", "cublas"))
+    skinny_matmul: str = _f("auto", "Matmuls of at most 64 rows (decode) on CUDA: our Triton kernels (a GEMV for "
+                            "one row, a tensor-core kernel for 2-64) or cuBLAS; auto = on sm_90+ the GEMV, and "
+                            "the 2-64-row kernel only for shapes the H200 sweep measured faster.",
+                            ("auto", "triton", "cublas"))
     disable_pdl: bool = _f(False, "Launch our Triton kernels without programmatic dependent launch (sm_90+).")
 
     # ---- parallelism ----

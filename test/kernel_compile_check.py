@@ -25,7 +25,7 @@ from triton.compiler import ASTSource
 
 from sglang.srt.layers.attention.triton_ops import decode_attention as da
 from sglang.srt.layers.attention.triton_ops import extend_attention as ea
-from sglang.srt.layers.triton_ops import activation, gemv, kv_store, rms_norm, rotary, sampling
+from sglang.srt.layers.triton_ops import activation, gemv, kv_store, rms_norm, rotary, sampling, small_m_gemm
 
 TARGET = GPUTarget("cuda", 90, 32)
 
@@ -47,10 +47,11 @@ def _ptxas_info(ptx: str) -> str:
 
 
 def compile_kernel(label: str, fn, ptr_types: Dict[str, str], consts: Dict[str, object], num_warps: int,
-                   num_stages: int, float_args: Iterable[str] = ()) -> bool:
+                   num_stages: int, float_args: Iterable[str] = (), divisible: Iterable[str] = ()) -> bool:
     """Compile `fn`; args named in ptr_types are pointers, float_args fp32, constexprs from consts,
-    every other arg i32. Kernels with a PDL switch are compiled with it on (the sm_90 launch path).
-    Returns False (and prints the error) if compilation fails."""
+    every other arg i32 (multiples of 16 when named stride* or in `divisible`). Kernels with a PDL
+    switch are compiled with it on (the sm_90 launch path). Returns False (and prints the error) if
+    compilation fails."""
     if "PDL" in fn.arg_names and "PDL" not in consts:
         consts = {**consts, "PDL": True}
     sig = {}
@@ -64,7 +65,7 @@ def compile_kernel(label: str, fn, ptr_types: Dict[str, str], consts: Dict[str, 
         else:
             sig[name] = "i32"
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
-             if sig[n].startswith("*") or n.startswith("stride")}
+             if sig[n].startswith("*") or n.startswith("stride") or n in divisible}
     t0 = time.perf_counter()
     try:
         c = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs), target=TARGET,
@@ -142,6 +143,13 @@ def main(argv: Optional[list] = None) -> int:
                 ok &= compile_kernel(f"gemv {dt} M{m} {n_}x{k_}", gemv._gemv_kernel, p("x_ptr", "w_ptr", "b_ptr", "y_ptr"),
                                      dict(M=m, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], HAS_BIAS=m == 4),
                                      cfg["num_warps"], cfg.get("num_stages", 3))
+        for bm, prefetch in ((16, 0), (64, 0), (64, 1)):
+            cfg = dict(small_m_gemm.DEFAULT_CONFIG, PREFETCH=prefetch)
+            ok &= compile_kernel(f"small-M {dt} BM{bm} prefetch={prefetch}", small_m_gemm._small_m_kernel,
+                                 p("x_ptr", "w_ptr", "b_ptr", "y_ptr"),
+                                 dict(BLOCK_M=bm, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], PREFETCH=prefetch,
+                                      HAS_BIAS=prefetch == 1), cfg["num_warps"], cfg["num_stages"],
+                                 divisible=("N", "K"))  # model widths: the JIT specialises them too
         # fp8 KV pool (--kv-cache-dtype fp8_e4m3): fp8 tiles widened in registers, quantising store.
         f8 = {"K": "*fp8e4nv", "V": "*fp8e4nv"}
         cfg = da._stage1_config(128, True, True)

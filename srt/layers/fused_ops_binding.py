@@ -74,10 +74,12 @@ def _agrees(candidate: Callable, reference: Callable, make_args: Callable) -> bo
         return False
 
 
-def bind_fused_ops(use_sgl_kernel: bool = True, skinny_matmul: bool = False, pdl: bool = True) -> dict:
+def bind_fused_ops(use_sgl_kernel: bool = True, skinny_matmul: str = "cublas", pdl: bool = True) -> dict:
     """Install the CUDA hooks; returns {op: implementation name} for the startup log and tests.
-    skinny_matmul binds the Triton GEMV for single-row matmuls; pdl lets our Triton kernels launch
-    with programmatic dependent launch on sm_90+ (srt/layers/triton_ops/pdl.py)."""
+    skinny_matmul: "cublas" (F.linear everywhere), "measured" (the Triton GEMV for one row, the
+    small-M kernel for 2-64 rows where the H200 sweep found it faster) or "all" (our kernels for every
+    matmul of at most 64 rows); pdl lets our Triton kernels launch with programmatic dependent launch
+    on sm_90+ (srt/layers/triton_ops/pdl.py)."""
     chosen = {"rmsnorm": triton_rmsnorm, "silu_and_mul": silu_and_mul, "rotary": triton_rotary}
     names = {k: "triton" for k in chosen}
     ext = _sgl_kernel_ops() if use_sgl_kernel and torch.cuda.is_available() else None
@@ -101,11 +103,11 @@ def bind_fused_ops(use_sgl_kernel: bool = True, skinny_matmul: bool = False, pdl
     rotary_embedding.set_fused_rotary(chosen["rotary"], apply_rotary_emb_and_store_)
     names["rotary_store"] = "triton"
     linear_mod.set_skinny_matmul(None)
-    if skinny_matmul:
-        from sglang.srt.layers.triton_ops.gemv import gemv
+    if skinny_matmul != "cublas":
+        from sglang.srt.layers.triton_ops.small_m_gemm import SkinnyMatmul
 
-        linear_mod.set_skinny_matmul(gemv)
-        names["skinny_matmul"] = "triton_gemv"
+        linear_mod.set_skinny_matmul(SkinnyMatmul(all_shapes=skinny_matmul == "all"))
+        names["skinny_matmul"] = f"triton ({skinny_matmul})"
     set_pdl(pdl)
     names["pdl"] = pdl and torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
     logger.info("fused ops: %s", names)

@@ -19,7 +19,7 @@ from torch import nn
 from sglang.srt.distributed.parallel_state import get_tp_rank, get_tp_size, tp_all_reduce
 
 
-_skinny_matmul = None  # Triton GEMV for single-row (batch-1 decode) inputs on CUDA (--skinny-matmul)
+_skinny_matmul = None  # triton_ops.small_m_gemm.SkinnyMatmul on CUDA (--skinny-matmul), or None
 
 
 def set_skinny_matmul(impl) -> None:
@@ -28,9 +28,13 @@ def set_skinny_matmul(impl) -> None:
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """F.linear, or the skinny-matrix kernel when one is bound and x is a single row."""
-    if _skinny_matmul is not None and x.is_cuda and x.dim() == 2 and x.shape[0] == 1 and x.stride(-1) == 1:
-        return _skinny_matmul(x, weight, bias)
+    """F.linear, or the bound skinny-matrix kernel for inputs of few rows where it takes them."""
+    skinny = _skinny_matmul
+    if (skinny is not None and x.is_cuda and x.dim() == 2 and x.shape[0] <= skinny.max_m
+            and x.stride(-1) == 1):
+        y = skinny(x, weight, bias)
+        if y is not None:
+            return y
     return F.linear(x, weight, bias)
 
 

@@ -170,8 +170,8 @@ class ModelRunner:
             return None
         sa = self.server_args
         sm90 = torch.cuda.get_device_capability(self.gpu_id)[0] >= 9
-        gemv = sa.skinny_matmul == "triton" or (sa.skinny_matmul == "auto" and sm90)
-        return bind_fused_ops(skinny_matmul=gemv, pdl=not sa.disable_pdl)
+        mode = {"triton": "all", "cublas": "cublas", "auto": "measured" if sm90 else "cublas"}[sa.skinny_matmul]
+        return bind_fused_ops(skinny_matmul=mode, pdl=not sa.disable_pdl)
 
     # ------------------------------------------------------------------ forward
     def forward(self, fb: ForwardBatch) -> LogitsProcessorOutput:

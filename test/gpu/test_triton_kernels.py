@@ -171,6 +171,19 @@ def test_gemv_cuda() -> None:
     assert kc.check_gemv(3, 37, 4100, config=dict(BLOCK_N=16, BLOCK_K=1024, num_warps=8), seed=8, **BF16) < TOL
 
 
+def test_small_m_cuda() -> None:
+    """The tensor-core small-M matmul at Llama-3-8B decode shapes for every BLOCK_M, both loop shapes,
+    with bias and with N / K tails."""
+    kc = _kc()
+    for m in (2, 8, 17, 33, 64):
+        for n, k in ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)):
+            for prefetch in (0, 1):
+                cfg = dict(PREFETCH=prefetch, num_stages=4 if prefetch == 0 else 1)
+                assert kc.check_small_m(m, n, k, config=cfg, seed=m, **BF16) < TOL, (m, n, k, prefetch)
+    assert kc.check_small_m(5, 1000, 900, bias=True, seed=7, **BF16) < TOL
+    assert kc.check_small_m(64, 37, 4100, config=dict(BLOCK_N=64, BLOCK_K=256, num_stages=3), seed=8, **BF16) < TOL
+
+
 def test_pdl_chain_in_graph_equals_plain() -> None:
     """Dependent kernels launched with PDL inside a CUDA graph give bit-identical results to the
     same kernels launched plainly: a kernel that read its input before the previous one finished
