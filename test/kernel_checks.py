@@ -345,6 +345,9 @@ def decode_cases(full: bool) -> List[tuple]:
                                                                         k_scale=0.7, v_scale=1.9, seed=s)),
         ("decode per-head scales, random splits", lambda s: check_decode(_LENS_A, 3, 3, 64, splits="random",
                                                                          k_scale=1.3, v_scale=0.6, seed=s)),
+        # 32+ requests: stage 2 merges a block of heads per program (12 heads: a full block of 8 and a masked one).
+        ("decode bs33 head-blocked stage 2", lambda s: check_decode(list(range(1, 34)), 12, 3, 64, splits="random",
+                                                                    v_scale=1.5, seed=s)),
         ("decode CUDA tiles (BLOCK_N 64)", lambda s: check_decode([200, 64, 65, 1], 8, 2, 80, splits="random",
                                                                   config=dict(BLOCK_N=64), seed=s)),
         # Half precision exercises the casts before tl.dot. fp16, not bf16: the triton 3.9

@@ -123,6 +123,9 @@ def main(argv: Optional[list] = None) -> int:
                                      cfg["num_warps"], cfg["num_stages"], EXT_FLOATS)
             ok &= compile_kernel(f"decode stage2 {dt} Dv{dv}", da._decode_stage2, dec_ptrs,
                                  dict(MAX_SPLITS=16, DV=dv, BLOCK_DV=bdv), 4, 1, ("v_scale",))
+            ok &= compile_kernel(f"decode stage2 blocked {dt} Dv{dv}", da._decode_stage2_blocked, dec_ptrs,
+                                 dict(H=32, MAX_SPLITS=16, DV=dv, BLOCK_HS=da._STAGE2_BLOCK_HS, BLOCK_DV=bdv), 4, 1,
+                                 ("v_scale",))
         ok &= compile_kernel(f"fused_add_rmsnorm {dt} 4096", rms_norm._rmsnorm_kernel, p("X", "Residual", "W", "Y"),
                              dict(HAS_RESIDUAL=True, BLOCK=4096), 8, 1, ("eps",))
         ok &= compile_kernel(f"rmsnorm {dt} 576", rms_norm._rmsnorm_kernel, p("X", "Residual", "W", "Y"),
