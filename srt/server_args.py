@@ -96,7 +96,8 @@ class ServerArgs:
     enable_torch_compile: bool = _f(False, "torch.compile the small fused ops.")
     skinny_matmul: str = _f("auto", "Matmuls of at most 64 rows (decode) on CUDA: our Triton kernels (a GEMV for "
                             "one row, a tensor-core kernel for 2-64) or cuBLAS; auto = on sm_90+ the GEMV, and "
-                            "the 2-64-row kernel only for shapes the H200 sweep measured faster.",
+                            "the 2-64-row kernel only for shapes listed as faster in small_m_gemm.CONFIGS "
+                            "(none: it measured slower inside the decode step).",
                             ("auto", "triton", "cublas"))
     disable_pdl: bool = _f(False, "Launch our Triton kernels without programmatic dependent launch (sm_90+).")
 

@@ -48,31 +48,44 @@ def graph_time_us(fn, ws) -> float:
     return statistics.median(times)
 
 
+def rotating_weights(n: int, k: int) -> list:
+    """Enough [n, k] bf16 weight copies (>= 300 MB in all) that a graph cycling through them reads
+    each from memory, not from L2."""
+    copies = max(2, int(300e6 // (n * k * 2)) + 1)
+    return [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02 for _ in range(copies)]
+
+
+def sweep_configs(label: str, kernel, x: torch.Tensor, ws: list, configs: list) -> tuple:
+    """(cuBLAS us, [(us, config)] fastest first) of kernel(x, w, config=...) against F.linear over
+    `configs`; every config is checked against the fp32 reference first (a wrong one stops the
+    sweep), and a config that does not build (e.g. out of shared memory) is skipped."""
+    ref = gemv_ref(x, ws[0])
+    t_cublas = graph_time_us(lambda w: torch.nn.functional.linear(x, w), ws)
+    results = []
+    for cfg in configs:
+        try:
+            out = kernel(x, ws[0], config=cfg)
+            err = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
+            if not err < 1e-2:
+                raise SystemExit(f"{label} wrong for {cfg}: rel err {err}")
+            results.append((graph_time_us(lambda w, c=cfg: kernel(x, w, config=c), ws), cfg))
+        except SystemExit:
+            raise
+        except Exception as e:  # noqa: BLE001
+            print(f"{label} {cfg}: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
+    results.sort(key=lambda r: r[0])
+    return t_cublas, results
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    dev = "cuda"
     best_cfgs, rows = {}, []
     for name, (n, k) in SHAPES.items():
-        copies = max(2, int(300e6 // (n * k * 2)) + 1)
-        ws = [torch.randn(n, k, device=dev, dtype=torch.bfloat16) * 0.02 for _ in range(copies)]
-        x = torch.randn(1, k, device=dev, dtype=torch.bfloat16)
-        ref = gemv_ref(x, ws[0])
-        t_torch = graph_time_us(lambda w: torch.nn.functional.linear(x, w), ws)
-        results = []
-        for cfg in CONFIGS:
-            try:
-                out = gemv(x, ws[0], config=cfg)
-                err = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
-                if not err < 1e-2:
-                    raise SystemExit(f"gemv wrong for {name} {cfg}: rel err {err}")
-                results.append((graph_time_us(lambda w, c=cfg: gemv(x, w, config=c), ws), cfg))
-            except SystemExit:
-                raise
-            except Exception as e:  # noqa: BLE001 - a config that does not build is skipped
-                print(f"{name} {cfg}: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
-        results.sort(key=lambda r: r[0])
+        ws = rotating_weights(n, k)
+        x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+        t_torch, results = sweep_configs(f"gemv {name}", gemv, x, ws, CONFIGS)
         t_best, cfg = results[0]
         best_cfgs[f"{n}x{k}"] = cfg
         gb = n * k * 2 / 1e9

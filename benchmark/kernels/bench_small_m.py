@@ -21,9 +21,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gemv import SHAPES, graph_time_us  # noqa: E402
+from bench_gemv import SHAPES, rotating_weights, sweep_configs  # noqa: E402
 
-from sglang.srt.layers.triton_ops.gemv import gemv_ref  # noqa: E402
 from sglang.srt.layers.triton_ops.small_m_gemm import block_m_for, small_m_matmul  # noqa: E402
 
 LOOPS = [dict(PREFETCH=0, num_stages=3), dict(PREFETCH=0, num_stages=4), dict(PREFETCH=0, num_stages=5),
@@ -31,26 +30,6 @@ LOOPS = [dict(PREFETCH=0, num_stages=3), dict(PREFETCH=0, num_stages=4), dict(PR
 CONFIGS = [dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=4, **loop)
            for bn, bk, loop in itertools.product((16, 32, 64), (64, 128, 256), LOOPS)]
 MARGIN = 0.98  # adopt a config only when it is at least 2% faster than cuBLAS
-
-
-def sweep_shape(name: str, n: int, k: int, m: int, ws: list) -> tuple:
-    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    ref = gemv_ref(x, ws[0])
-    t_cublas = graph_time_us(lambda w: torch.nn.functional.linear(x, w), ws)
-    results = []
-    for cfg in CONFIGS:
-        try:
-            out = small_m_matmul(x, ws[0], config=cfg)
-            err = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
-            if not err < 1e-2:
-                raise SystemExit(f"small-M matmul wrong for {name} M{m} {cfg}: rel err {err}")
-            results.append((graph_time_us(lambda w, c=cfg: small_m_matmul(x, w, config=c), ws), cfg))
-        except SystemExit:
-            raise
-        except Exception as e:  # noqa: BLE001 - a config that does not build (shared memory) is skipped
-            print(f"{name} M{m} {cfg}: {type(e).__name__}: {str(e)[:160]}", file=sys.stderr)
-    results.sort(key=lambda r: r[0])
-    return t_cublas, results
 
 
 def main(argv=None) -> None:
@@ -62,10 +41,10 @@ def main(argv=None) -> None:
     adopted, rows = {}, []
     for name in args.shapes:
         n, k = SHAPES[name]
-        copies = max(2, int(300e6 // (n * k * 2)) + 1)
-        ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02 for _ in range(copies)]
+        ws = rotating_weights(n, k)
         for m in args.m:
-            t_cublas, results = sweep_shape(name, n, k, m, ws)
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            t_cublas, results = sweep_configs(f"small-M {name} M{m}", small_m_matmul, x, ws, CONFIGS)
             t_best, cfg = results[0]
             if t_best < MARGIN * t_cublas:
                 adopted[f"{n}x{k}x{block_m_for(m)}"] = cfg

@@ -94,16 +94,17 @@ CONFIGS: Dict[Tuple[int, int], dict] = {
 }
 
 
-def _load_override() -> None:
-    path = os.environ.get("SGLANG_GEMV_CONFIGS")
+def load_config_override(env_var: str, configs: dict) -> None:
+    """Add the tile configs of the JSON file named by env_var (if set) to `configs`; its keys are
+    the integer tuple joined by "x" (e.g. "4096x14336"), as the sweep scripts write them."""
+    path = os.environ.get(env_var)
     if path and os.path.exists(path):
         with open(path) as f:
             for key, cfg in json.load(f).items():
-                n, k = (int(v) for v in key.split("x"))
-                CONFIGS[(n, k)] = cfg
+                configs[tuple(int(v) for v in key.split("x"))] = cfg
 
 
-_load_override()
+load_config_override("SGLANG_GEMV_CONFIGS", CONFIGS)
 
 
 def config_for(n: int, k: int) -> dict:

@@ -24,14 +24,13 @@ empty and auto keeps cuBLAS for 2-64 rows.
 
 from __future__ import annotations
 
-import json
-import os
 from typing import Dict, Optional, Tuple
 
 import torch
 import triton
 import triton.language as tl
 
+from sglang.srt.layers.triton_ops.gemv import gemv, load_config_override
 from sglang.srt.layers.triton_ops.pdl import pdl_args, pdl_wait
 
 MAX_M = 64
@@ -80,16 +79,7 @@ DEFAULT_CONFIG = {"BLOCK_N": 32, "BLOCK_K": 128, "PREFETCH": 0, "num_warps": 4, 
 CONFIGS: Dict[Tuple[int, int, int], dict] = {}
 
 
-def _load_override() -> None:
-    path = os.environ.get("SGLANG_SMALL_M_CONFIGS")
-    if path and os.path.exists(path):
-        with open(path) as f:
-            for key, cfg in json.load(f).items():
-                n, k, bm = (int(v) for v in key.split("x"))
-                CONFIGS[(n, k, bm)] = cfg
-
-
-_load_override()
+load_config_override("SGLANG_SMALL_M_CONFIGS", CONFIGS)
 
 
 def block_m_for(m: int) -> int:
@@ -131,8 +121,6 @@ class SkinnyMatmul:
     def __call__(self, x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
         m = x.shape[0]
         if m == 1:
-            from sglang.srt.layers.triton_ops.gemv import gemv
-
             return gemv(x, w, bias)
         if m == 0 or x.dtype not in (torch.bfloat16, torch.float16) or w.dtype != x.dtype or w.stride(1) != 1:
             return None
