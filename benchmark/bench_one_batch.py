@@ -302,6 +302,63 @@ def profile_decode(runner, bs: int, input_len: int, steps: int, seed: int, top: 
             "top": [(name[:160], t / steps, n / steps) for name, (t, n) in rows[:top]]}
 
 
+# ---------------------------------------------------------------------------------------------- host time
+def host_breakdown(runner, bs: int, input_len: int, steps: int, seed: int, max_prefill_tokens: int,
+                   host_profile: bool = False) -> dict:
+    """Where a synced decode step's time goes: host time of each phase (prepare = slot + ForwardBatch,
+    forward = input copies + graph launch, sample = sampler launches, wait = until the device is done)
+    and the captured graph replayed alone (device time + launch). Medians over `steps` steps, in us.
+    host_profile: also print the functions with the most host time in those steps (cProfile)."""
+    import cProfile
+    import pstats
+
+    from sglang.srt.model_executor.static_batch import StaticBatch
+
+    device = runner.device
+    info = greedy_info(bs, runner.vocab_size, device)
+    sb = StaticBatch(runner)
+    names = ("prepare", "forward", "sample", "wait")
+    times = {k: [] for k in names + ("total",)}
+    try:
+        with torch.no_grad():
+            prompts = random_prompts(bs, input_len, runner.vocab_size, seed).tolist()
+            ids = runner.sample(sb.prefill(prompts, max_tokens_per_pass=max_prefill_tokens), info).next_token_ids
+            prof = cProfile.Profile() if host_profile else None
+            for i in range(steps + 3):
+                if prof is not None and i == 3:
+                    prof.enable()
+                sync(device)
+                t = [time.perf_counter()]
+                fb = sb.prepare_decode(ids)
+                t.append(time.perf_counter())
+                out = runner.forward(fb)
+                t.append(time.perf_counter())
+                ids = runner.sample(out, info).next_token_ids
+                t.append(time.perf_counter())
+                sync(device)
+                t.append(time.perf_counter())
+                if i >= 3:  # warm-up steps dropped
+                    for k, a, b in zip(names, t, t[1:]):
+                        times[k].append(b - a)
+                    times["total"].append(t[-1] - t[0])
+            if prof is not None:
+                prof.disable()
+                print(f"[host] bs {bs}: cProfile of {steps} synced steps (tottime = own host time)")
+                pstats.Stats(prof).sort_stats("tottime").print_stats(14)
+            gr = runner.graph_runner
+            graph_us = None
+            if gr is not None and gr.can_run(fb):
+                graph = gr.graphs[gr.padded_size(bs)][0]
+                graph_us = 1e6 * median_time(graph.replay, device, reps=steps)
+    finally:
+        sb.release()
+    row = {"batch_size": bs, **{k + "_us": 1e6 * statistics.median(v) for k, v in times.items()},
+           "graph_alone_us": graph_us}
+    print(f"[host] bs {bs}: " + ", ".join(f"{k} {row[k + '_us']:.0f}" for k in names + ("total",))
+          + (f" us; graph replayed alone {graph_us:.0f} us" if graph_us else " us"), flush=True)
+    return row
+
+
 # ---------------------------------------------------------------------------------------------- main
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -320,6 +377,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--bench-sampler", action="store_true", help="time sample() alone at each batch size")
     p.add_argument("--profile-bs", type=int, nargs="*", default=[],
                    help="after the timings, profile the decode kernels at these batch sizes (table per size)")
+    p.add_argument("--host-breakdown", action="store_true",
+                   help="after the timings, split a synced decode step into host phases at each batch size")
+    p.add_argument("--host-profile", action="store_true", help="with --host-breakdown: cProfile those steps too")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature in the decode loop")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--dtype", default="auto")
@@ -401,10 +461,14 @@ def main(argv=None) -> dict:
         results.append(r)
     sampler_rows = bench_sampler(runner, args.batch_size) if args.bench_sampler else []
     profiles = [profile_decode(runner, bs, args.input_len, 10, args.seed + 99) for bs in args.profile_bs]
+    host_rows = ([host_breakdown(runner, bs, args.input_len, args.output_len, args.seed + 77, args.max_prefill_tokens,
+                                 args.host_profile) for bs in args.batch_size] if args.host_breakdown else [])
 
     summary = report(args, name, device, bw, flops, facts, runner, results, sampler_rows)
     if profiles:
         summary["profiles"] = profiles
+    if host_rows:
+        summary["host_breakdown"] = host_rows
     if args.result_file:
         with open(args.result_file, "a") as f:
             f.write(json.dumps(summary) + "\n")

@@ -9,7 +9,7 @@ OUT=${OUT:-benchmark/out}
 mkdir -p "$OUT"
 source "$(dirname "$0")/gpu_env.sh"
 # Stages can be picked: STAGES="tests one_batch one_batch_fp8 offline kernels attn_sweep attn_splits gemv small_m
-# variants variants_m recipes" (default: the first five).
+# variants variants_m host_ab recipes" (default: the first five).
 STAGES=${STAGES:-"tests one_batch one_batch_fp8 offline kernels"}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 # At most 8 files come back from $OUT: stages append to a few logs.
@@ -78,6 +78,22 @@ if has variants; then
     set -- $v
     stage one_batch 90 python3 benchmark/bench_one_batch.py "${VAR[@]}" --skinny-matmul "$2" "${@:3}" \
       --result-file "$OUT/one_batch.jsonl" --tag "$1"
+  done
+fi
+if has host_ab; then
+  # The same decode steps on an older tree (AB_OLD: an unpacked commit, e.g. `git archive REV | tar -x
+  # -C _ab_old`) and on this one, alternating in one call so host speed is the same for both; this
+  # tree also splits the synced step into host phases (--host-breakdown; the older one may lack it).
+  AB_OLD=$(realpath "${AB_OLD:-_ab_old}")
+  OUTA=$(realpath "$OUT")
+  HAB=(--model-config llama3-8b --batch-size ${AB_BS:-1 8 64 256} --input-len 512 --output-len 32 --bw 4.21e12 --flops 7.8e14)
+  [[ ${SMOKE:-0} == 1 ]] && HAB=(--model-config tiny-llama --batch-size 1 8 --input-len 32 --output-len 4 --max-total-tokens 8192)
+  mkdir -p /tmp/sgl_old && ln -sfn "$AB_OLD" /tmp/sgl_old/sglang
+  for i in ${AB_ROUNDS:-1 2}; do
+    stage one_batch 120 env PYTHONPATH="/tmp/sgl_old:$AB_OLD:${PYTHONPATH:-}" bash -c 'cd "$0" && python3 \
+      benchmark/bench_one_batch.py "$@"' "$AB_OLD" "${HAB[@]}" --result-file "$OUTA/one_batch.jsonl" --tag "old$i"
+    stage one_batch 120 python3 benchmark/bench_one_batch.py "${HAB[@]}" --host-breakdown ${AB_NEW_ARGS:-} \
+      --result-file "$OUT/one_batch.jsonl" --tag "new$i"
   done
 fi
 if has one_batch; then

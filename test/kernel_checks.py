@@ -33,6 +33,7 @@ from sglang.srt.layers.attention.triton_ops.decode_attention import (
     decode_attention_fwd,
     decode_attention_ref,
 )
+from sglang.srt.layers.attention.triton_ops.decode_prologue import decode_prologue
 from sglang.srt.layers.attention.triton_ops.extend_attention import extend_attention_fwd, extend_attention_ref
 from sglang.srt.layers.triton_ops.gemv import gemv, gemv_ref
 from sglang.srt.layers.triton_ops.small_m_gemm import small_m_matmul
@@ -274,6 +275,27 @@ def check_store_kv(n: int, num_kv_heads: int, head_dim: int, *, strided: bool = 
     return 0.0 if torch.equal(kb, kb_ref) and torch.equal(vb, vb_ref) else math.inf
 
 
+def check_decode_prologue(bs: int, *, max_len: int = 5000, num_sms: int = 132, device: str = "cpu",
+                          seed: int = 0) -> float:
+    """The decode prologue's split counts == compute_num_kv_splits, and it writes exactly
+    req_to_token[row, seq_len - 1] = slot for every request and nothing else (0 or inf). Random
+    lengths (some 1, so position 0), distinct rows of a NaN-free table filled with -1."""
+    gen = torch.Generator().manual_seed(seed)
+    lens = torch.randint(1, max_len, (bs,), generator=gen)
+    lens[torch.rand(bs, generator=gen) < 0.1] = 1
+    rows = torch.randperm(bs + 7, generator=gen)[:bs] + 1
+    loc = torch.randint(1, 1 << 30, (bs,), generator=gen)
+    table = torch.full((bs + 8, max_len), -1, dtype=torch.int32)
+    expect = table.clone()
+    expect[rows, lens - 1] = loc.to(torch.int32)
+    splits = torch.full((bs + 3,), -7, dtype=torch.int32)
+    dev = [t.to(device) for t in (lens, rows, loc, table, splits)]
+    decode_prologue(dev[0], 32, 8, 16, dev[4], num_sms, dev[3], dev[1], dev[2])
+    want = compute_num_kv_splits(lens, 32, 8, 16, num_sms=num_sms)
+    ok = torch.equal(dev[4][:bs].cpu(), want) and bool((dev[4][bs:].cpu() == -7).all())
+    return 0.0 if ok and torch.equal(dev[3].cpu(), expect) else math.inf
+
+
 def check_race(bs: int, vocab: int, *, kind: str = "softmax", device: str = "cpu", seed: int = 0) -> float:
     """The fused exponential race picks exactly the torch sampler's ids (0 or inf).
     kind: softmax rows; filtered (most ids zeroed, as after top-k / top-p); uniform (hash collisions
@@ -424,6 +446,9 @@ def fused_cases(full: bool) -> List[tuple]:
             BLOCK_N=16, BLOCK_K=64, PREFETCH=1, num_warps=1, num_stages=1)), 1e-2),
         ("small-M M64 N32 K128 prefetch one tile", lambda s: check_small_m(64, 32, 128, seed=s, config=dict(
             BLOCK_N=32, BLOCK_K=128, PREFETCH=1, num_warps=1, num_stages=1)), 1e-2),
+        ("decode prologue bs1", lambda s: check_decode_prologue(1, seed=s)),
+        ("decode prologue bs70 (1,000 SMs: 1-16 splits)", lambda s: check_decode_prologue(70, num_sms=1000, seed=s)),
+        ("decode prologue bs1500 (two blocks)", lambda s: check_decode_prologue(1500, max_len=600, seed=s)),
         ("greedy bs3 V1000 (splits)", lambda s: check_greedy(3, 1000, seed=s)),
         ("greedy ties bs4 V3000", lambda s: check_greedy(4, 3000, kind="ties", seed=s)),
         ("greedy NaN / inf / dead rows bs5 V900", lambda s: check_greedy(5, 900, kind="special", seed=s)),

@@ -105,7 +105,7 @@ class ScheduleBatch:
 
     def mix_with_running(self, running: "ScheduleBatch") -> None:
         """Append the running batch's decode rows to this extend pass as 1-token extends (MIXED)."""
-        running.prepare_for_decode()
+        running.prepare_for_decode(for_mixed=True)
         self.forward_mode = ForwardMode.MIXED
         self.decoding_reqs = list(running.reqs)
         self.mixed_input_ids = running.output_ids
@@ -116,8 +116,11 @@ class ScheduleBatch:
         self.out_cache_loc = torch.cat([self.out_cache_loc, running.out_cache_loc])
 
     # ------------------------------------------------------------------ decode
-    def prepare_for_decode(self) -> None:
-        """One new slot per request at position seq_len; input ids are the previous pass's samples."""
+    def prepare_for_decode(self, for_mixed: bool = False) -> None:
+        """One new slot per request at position seq_len; input ids are the previous pass's samples.
+        A DECODE pass records the slots in the device req_to_token itself (the attention backend's
+        decode metadata step, inside the CUDA graph), so only the host mirror is written here; a
+        MIXED pass runs these rows as extends, which read the device table, so it is written too."""
         self.forward_mode = ForwardMode.DECODE
         pool = self.req_to_token_pool
         cur = [r.kv_allocated_len for r in self.reqs]
@@ -126,8 +129,7 @@ class ScheduleBatch:
         else:
             last = [last_loc_of(pool, r.req_pool_idx, c) for r, c in zip(self.reqs, cur)]
             loc = alloc_paged(self.tree_cache, self.allocator, cur, last, [1] * len(cur))
-        rows = torch.tensor([r.req_pool_idx for r in self.reqs], dtype=torch.int64)
-        pool.write_batch(rows, torch.tensor(cur, dtype=torch.int64), loc)
+        pool.write_batch([r.req_pool_idx for r in self.reqs], cur, loc, on_device=for_mixed)
         self.out_cache_loc = loc
         self.seq_lens = [c + 1 for c in cur]
         self.prefix_lens, self.extend_lens = [], []

@@ -7,8 +7,9 @@ host mirror `req_to_token_cpu`, so it never waits on the device.
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
+import numpy as np
 import torch
 
 from sglang.srt.utils.device_copy import to_device
@@ -24,6 +25,7 @@ class ReqToTokenPool:
             self.req_to_token_cpu = self.req_to_token
         else:
             self.req_to_token_cpu = torch.zeros((size + 1, max_context_len), dtype=torch.int32)
+        self._mirror_np = self.req_to_token_cpu.numpy()
         self.free_slots: List[int] = list(range(1, size + 1))
 
     def available_size(self) -> int:
@@ -48,22 +50,26 @@ class ReqToTokenPool:
         if self.req_to_token_cpu is not self.req_to_token:
             self.req_to_token[row, start:end] = to_device(slots.to(torch.int32), self.device)
 
-    def write_batch(self, rows: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
-                    rows_dev: Optional[torch.Tensor] = None, positions_dev: Optional[torch.Tensor] = None,
-                    slots_dev: Optional[torch.Tensor] = None) -> None:
-        """Scatter one slot per (row, position): the decode step's new tokens."""
-        self.req_to_token_cpu[rows, positions] = slots.to(torch.int32)
-        if self.req_to_token_cpu is self.req_to_token:
+    def write_batch(self, rows: Sequence[int], positions: Sequence[int], slots: torch.Tensor,
+                    on_device: bool = True) -> None:
+        """Scatter one slot per (row, position) into the host mirror and, with on_device, the device
+        table. A DECODE pass records its new slots on the device itself (write_device, inside the CUDA
+        graph), so the decode step passes on_device=False and queues no copy or kernel here.
+        rows / positions are host ints (lists or CPU tensors); slots is a CPU int tensor."""
+        r, p = np.asarray(rows, dtype=np.int64), np.asarray(positions, dtype=np.int64)
+        # Through numpy: torch's index_put on small host tensors costs ~3x more host time per step.
+        self._mirror_np[r, p] = slots.numpy()
+        if not on_device or self.req_to_token_cpu is self.req_to_token:
             return
-        if rows_dev is None and positions_dev is None and slots_dev is None:
-            # One pinned [3, n] copy instead of three pageable ones: this runs every decode step.
-            packed = torch.stack([rows.to(torch.int64), positions.to(torch.int64), slots.to(torch.int64)])
-            r, p, s = packed.pin_memory().to(self.device, non_blocking=True)
-        else:
-            r = rows_dev if rows_dev is not None else rows.to(self.device, non_blocking=True)
-            p = positions_dev if positions_dev is not None else positions.to(self.device, non_blocking=True)
-            s = slots_dev if slots_dev is not None else slots.to(self.device, non_blocking=True)
-        self.req_to_token[r, p] = s.to(torch.int32)
+        # One pinned [3, n] copy instead of three pageable ones.
+        packed = torch.from_numpy(np.stack([r, p, slots.numpy().astype(np.int64)]))
+        rd, pd, sd = packed.pin_memory().to(self.device, non_blocking=True)
+        self.write_device(rd, pd, sd)
+
+    def write_device(self, rows: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor) -> None:
+        """req_to_token[rows[i], positions[i]] = slots[i] from tensors already on the table's device
+        (the host mirror is not touched; on the CPU they are the same tensor)."""
+        self.req_to_token[rows, positions] = slots.to(torch.int32)
 
     def read(self, row: int, start: int, end: int) -> torch.Tensor:
         return self.req_to_token_cpu[row, start:end].to(torch.int64)

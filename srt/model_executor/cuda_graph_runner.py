@@ -143,7 +143,7 @@ class CudaGraphRunner:
     def _forward_static(self, bs: int) -> LogitsProcessorOutput:
         """The captured work: reads only static buffers."""
         fb = self._static_batch(bs)
-        self.backend.init_forward_metadata_capture_cuda_graph(bs, fb.req_pool_indices, fb.seq_lens)
+        self.backend.init_forward_metadata_capture_cuda_graph(bs, fb.req_pool_indices, fb.seq_lens, fb.out_cache_loc)
         return self.runner.model.forward(fb.input_ids, fb.positions, fb)
 
     def _capture_all(self) -> None:

@@ -11,7 +11,7 @@ from typing import List, Optional, Union
 import torch
 
 from sglang.srt.layers.logits_processor import LogitsProcessorOutput
-from sglang.srt.model_executor.forward_batch_info import build_decode_batch, build_extend_batch
+from sglang.srt.model_executor.forward_batch_info import ForwardBatch, build_decode_batch, build_extend_batch
 from sglang.srt.model_executor.model_runner import ModelRunner
 
 
@@ -60,15 +60,18 @@ class StaticBatch:
         """One decode step. next_ids may be a device tensor (e.g. the sampler's output), so a benchmark
         loop never waits for the host. Under CUDA graphs the returned logits are valid until the next
         forward."""
+        return self.runner.forward(self.prepare_decode(next_ids))
+
+    def prepare_decode(self, next_ids: Union[List[int], torch.Tensor]) -> ForwardBatch:
+        """The host half of a decode step: a slot per request and the ForwardBatch (no forward)."""
         r = self.runner
         loc = r.token_to_kv_pool_allocator.alloc(len(self.rows))
         assert loc is not None, "KV pool exhausted"
-        r.req_to_token_pool.write_batch(torch.tensor(self.rows, dtype=torch.int64),
-                                        torch.tensor(self.lens, dtype=torch.int64), loc)
+        # Host mirror only: the decode pass records its slots on the device (see prepare_for_decode).
+        r.req_to_token_pool.write_batch(self.rows, self.lens, loc, on_device=False)
         self.lens = [x + 1 for x in self.lens]
         ids = next_ids if isinstance(next_ids, torch.Tensor) else torch.tensor(next_ids, dtype=torch.int64)
-        fb = build_decode_batch(ids, self.lens, self.rows, loc, r.device)
-        return r.forward(fb)
+        return build_decode_batch(ids, self.lens, self.rows, loc, r.device)
 
     def release(self) -> None:
         r = self.runner

@@ -169,6 +169,17 @@ def test_engine_greedy_equals_cpu_engine(tiny_ckpts) -> None:
     assert _engine_outputs(path, "cuda", prompts, overlap=False) == cpu
 
 
+def test_engine_mixed_chunk_equals_cpu_engine(tiny_ckpts) -> None:
+    """Mixed batches (decode rows run as 1-token extends next to prefill chunks) on CUDA: the scheduler
+    writes those rows' slots to the device table itself, while pure decode passes record them in the
+    graph; both must give the CPU runtime's tokens under the same chunking."""
+    path = tiny_ckpts["llama"]
+    prompts = _prompts(6, 49152)
+    extra = dict(enable_mixed_chunk=True, chunked_prefill_size=16)
+    cpu = _engine_outputs(path, "cpu", prompts, overlap=False, **extra)
+    assert _engine_outputs(path, "cuda", prompts, overlap=True, **extra) == cpu
+
+
 def test_nccl_world_of_one_equals_plain(tiny_ckpts) -> None:
     """--force-distributed on one GPU: NCCL all-reduce / all-gather (also inside the captured decode
     graphs) and the gloo object broadcasts of the TP path, in a world of one, give the same tokens."""

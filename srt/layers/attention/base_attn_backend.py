@@ -31,7 +31,18 @@ class AttentionBackend:
         return None
 
     def init_forward_metadata(self, forward_batch: "ForwardBatch") -> None:
-        """Per-pass precomputation shared by all layers (index tensors, split counts...)."""
+        """Per-pass precomputation shared by all layers (index tensors, split counts...). For a DECODE
+        pass it must also record the new tokens' slots in the device req_to_token: the scheduler
+        writes only the host mirror for decode (a backend may fuse this into its own kernels)."""
+        if forward_batch.forward_mode.is_decode():
+            self.record_decode_slots(forward_batch.req_pool_indices, forward_batch.seq_lens,
+                                     forward_batch.out_cache_loc, forward_batch.req_to_token_pool)
+
+    @staticmethod
+    def record_decode_slots(req_pool_indices: torch.Tensor, seq_lens: torch.Tensor, out_cache_loc: torch.Tensor,
+                            req_to_token_pool) -> None:
+        """req_to_token[row, seq_len - 1] = slot for each decode row (seq_lens include the new token)."""
+        req_to_token_pool.write_device(req_pool_indices, seq_lens - 1, out_cache_loc)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: "RadixAttention",
                 forward_batch: "ForwardBatch", save_kv_cache: bool = True) -> torch.Tensor:
@@ -57,7 +68,8 @@ class AttentionBackend:
         raise NotImplementedError
 
     def init_forward_metadata_capture_cuda_graph(self, bs: int, req_pool_indices: torch.Tensor,
-                                                 seq_lens: torch.Tensor) -> None:
+                                                 seq_lens: torch.Tensor, out_cache_loc: torch.Tensor) -> None:
+        """Also records the slots (see init_forward_metadata), inside the graph."""
         raise NotImplementedError
 
     def init_forward_metadata_replay_cuda_graph(self, bs: int, req_pool_indices: torch.Tensor,

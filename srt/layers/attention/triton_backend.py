@@ -1,13 +1,14 @@
 """TritonAttnBackend: the CUDA attention backend built on our Triton kernels (no flashinfer needed).
 
 Per pass, init_forward_metadata computes on the device what every layer shares: for decode the
-per-request KV split counts and the split-KV workspaces; for extend nothing beyond the ForwardBatch's
-own index tensors. Each layer then stores its new K/V into the pool (Triton scatter, casting to the
+per-request KV split counts and the split-KV workspaces (one prologue kernel, which also records the
+new tokens' slots in req_to_token, as every backend's decode metadata step must); for extend nothing
+beyond the ForwardBatch's own index tensors. Each layer then stores its new K/V into the pool (Triton scatter, casting to the
 pool dtype) and runs the extend or decode kernel, which read K/V through req_to_token.
 
 CUDA graphs (decode): init_cuda_graph_state preallocates the split counts and workspaces for the
 largest captured batch. The capture hook runs inside the graph capture, so its device work (the
-split counts, recomputed from the static seq_lens) is replayed with the graph; the replay hook only
+prologue over the static seq_lens, rows and slots) is replayed with the graph; the replay hook only
 re-points the metadata at the [:bs] views and queues no device work.
 
 fp8 KV (--kv-cache-dtype fp8_e4m3): the pool stores K / k_scale and V / v_scale as float8_e4m3fn;
@@ -23,7 +24,8 @@ from typing import TYPE_CHECKING, Optional
 import torch
 
 from sglang.srt.layers.attention.base_attn_backend import AttentionBackend, KVStoreTarget
-from sglang.srt.layers.attention.triton_ops.decode_attention import compute_num_kv_splits, decode_attention_fwd
+from sglang.srt.layers.attention.triton_ops.decode_attention import decode_attention_fwd
+from sglang.srt.layers.attention.triton_ops.decode_prologue import decode_prologue
 from sglang.srt.layers.attention.triton_ops.extend_attention import extend_attention_fwd
 from sglang.srt.layers.triton_ops.kv_store import store_kv
 
@@ -58,6 +60,9 @@ class TritonAttnBackend(AttentionBackend):
             num_sms = (torch.cuda.get_device_properties(model_runner.gpu_id).multi_processor_count
                        if torch.device(self.device).type == "cuda" else 132)
         self.num_sms = num_sms
+        # The table CUDA-graph captures record slots into (eager passes use their ForwardBatch's pool).
+        pool = getattr(model_runner, "req_to_token_pool", None)
+        self.req_to_token = pool.req_to_token if pool is not None else None
         self.decode_meta: Optional[DecodeMetadata] = None
         self._graph_meta: Optional[DecodeMetadata] = None
 
@@ -70,14 +75,18 @@ class TritonAttnBackend(AttentionBackend):
             attn_lse=torch.empty((bs, self.num_heads, self.max_kv_splits), **f32),
         )
 
-    def _fill_num_kv_splits(self, seq_lens: torch.Tensor, out: torch.Tensor) -> None:
-        compute_num_kv_splits(seq_lens, self.num_heads, self.num_kv_heads, self.max_kv_splits, out=out,
-                              num_sms=self.num_sms)
+    def _decode_prologue(self, seq_lens: torch.Tensor, req_pool_indices: torch.Tensor,
+                         out_cache_loc: torch.Tensor, meta: DecodeMetadata, req_to_token: torch.Tensor) -> None:
+        """Split counts and the new tokens' req_to_token entries, in one kernel."""
+        decode_prologue(seq_lens, self.num_heads, self.num_kv_heads, self.max_kv_splits, meta.num_kv_splits,
+                        self.num_sms, req_to_token, req_pool_indices, out_cache_loc)
 
     def init_forward_metadata(self, forward_batch: "ForwardBatch") -> None:
-        if forward_batch.forward_mode.is_decode():
-            meta = self._new_decode_meta(forward_batch.batch_size)
-            self._fill_num_kv_splits(forward_batch.seq_lens, meta.num_kv_splits)
+        fb = forward_batch
+        if fb.forward_mode.is_decode():
+            meta = self._new_decode_meta(fb.batch_size)
+            self._decode_prologue(fb.seq_lens, fb.req_pool_indices, fb.out_cache_loc, meta,
+                                  fb.req_to_token_pool.req_to_token)
             self.decode_meta = meta
         # Extend needs only the ForwardBatch's own index tensors (and max_extend_len on the host).
 
@@ -139,10 +148,11 @@ class TritonAttnBackend(AttentionBackend):
         return DecodeMetadata(g.num_kv_splits[:bs], g.attn_logits[:bs], g.attn_lse[:bs])
 
     def init_forward_metadata_capture_cuda_graph(self, bs: int, req_pool_indices: torch.Tensor,
-                                                 seq_lens: torch.Tensor) -> None:
-        """Called inside the capture: the split counts are recomputed by every replay."""
+                                                 seq_lens: torch.Tensor, out_cache_loc: torch.Tensor) -> None:
+        """Called inside the capture: every replay recomputes the split counts and records the slots."""
         meta = self._graph_views(bs)
-        self._fill_num_kv_splits(seq_lens[:bs], meta.num_kv_splits)
+        assert self.req_to_token is not None, "CUDA graphs need the model runner's req_to_token_pool"
+        self._decode_prologue(seq_lens[:bs], req_pool_indices[:bs], out_cache_loc[:bs], meta, self.req_to_token)
         self.decode_meta = meta
 
     def init_forward_metadata_replay_cuda_graph(self, bs: int, req_pool_indices: torch.Tensor,

@@ -1,0 +1,72 @@
+"""The first kernel of a decode pass: split counts for decode attention and the new tokens' slots.
+
+compute_num_kv_splits (torch) is about nine tiny kernels in every CUDA graph (a sum, divisions,
+clamps, casts), and recording the new slots in req_to_token is two more (a cast and an index_put)
+plus, when done by the scheduler, a pinned host copy per step. One single-program Triton kernel
+does both: it sums seq_lens, derives each request's split count exactly as compute_num_kv_splits
+does, and writes req_to_token[row, seq_len - 1] = slot.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from sglang.srt.layers.attention.triton_ops.decode_attention import decode_head_programs
+from sglang.srt.layers.triton_ops.pdl import pdl_args, pdl_wait
+
+# Requests per loop iteration of the single program (a 4,096-request batch takes four).
+_MAX_BLOCK = 1024
+
+
+@triton.jit
+def _decode_prologue_kernel(SeqLens, Rows, Loc, ReqToToken, stride_rt, NumSplits, bs, head_programs,
+                            target_programs, min_split_len, max_splits,
+                            BLOCK: tl.constexpr, WRITE_SLOTS: tl.constexpr, PDL: tl.constexpr):
+    pdl_wait(PDL)
+    acc = tl.zeros([BLOCK], dtype=tl.int64)
+    for start in range(0, bs, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        acc += tl.load(SeqLens + offs, mask=offs < bs, other=0).to(tl.int64)
+    work = tl.sum(acc, axis=0) * head_programs
+    split_len = tl.maximum((work + target_programs - 1) // target_programs, min_split_len)
+    for start in range(0, bs, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        m = offs < bs
+        lens = tl.load(SeqLens + offs, mask=m, other=0).to(tl.int64)
+        n = tl.minimum(tl.maximum((lens + split_len - 1) // split_len, 1), max_splits)
+        tl.store(NumSplits + offs, n.to(tl.int32), mask=m)
+        if WRITE_SLOTS:
+            rows = tl.load(Rows + offs, mask=m, other=0).to(tl.int64)
+            slot = tl.load(Loc + offs, mask=m, other=0)
+            pos = tl.maximum(lens - 1, 0)
+            tl.store(ReqToToken + rows * stride_rt + pos, slot.to(tl.int32), mask=m)
+
+
+def decode_prologue(seq_lens: torch.Tensor, num_heads: int, num_kv_heads: int, max_kv_splits: int,
+                    num_kv_splits: torch.Tensor, num_sms: int, req_to_token: Optional[torch.Tensor] = None,
+                    req_pool_indices: Optional[torch.Tensor] = None, out_cache_loc: Optional[torch.Tensor] = None,
+                    waves: int = 3, min_split_len: int = 64) -> None:
+    """num_kv_splits[:] = compute_num_kv_splits(seq_lens, ...) (same rule, same arguments) and, when
+    req_to_token is given, req_to_token[req_pool_indices[i], seq_lens[i] - 1] = out_cache_loc[i]
+    (a decode pass's seq_lens include its new token). Graph-capturable: no host sync."""
+    bs = seq_lens.shape[0]
+    assert num_kv_splits.shape[0] >= bs and num_kv_splits.dtype == torch.int32
+    if bs == 0:
+        return
+    write = req_to_token is not None
+    if write:
+        assert req_pool_indices is not None and out_cache_loc is not None
+        assert req_to_token.stride(1) == 1 and req_to_token.dtype == torch.int32
+        assert req_pool_indices.shape[0] == bs and out_cache_loc.shape[0] == bs
+    rows = req_pool_indices if write else seq_lens
+    loc = out_cache_loc if write else seq_lens
+    table = req_to_token if write else num_kv_splits
+    _decode_prologue_kernel[(1,)](
+        seq_lens, rows, loc, table, table.stride(0) if write else 0, num_kv_splits, bs,
+        decode_head_programs(num_heads, num_kv_heads), max(1, num_sms * waves), min_split_len, max_kv_splits,
+        BLOCK=min(triton.next_power_of_2(bs), _MAX_BLOCK), WRITE_SLOTS=write,
+        num_warps=4 if seq_lens.is_cuda else 1, **pdl_args(seq_lens))
