@@ -16,7 +16,6 @@ OUT=${OUT:-benchmark/out}
 mkdir -p "$OUT"
 source benchmark/gpu_env.sh
 PORT=${PORT:-30231}
-URL="http://127.0.0.1:$PORT"
 MODEL_DIR=/tmp/sgl-recipe-model
 LOG="$OUT/recipes.log"
 if [[ ${SMOKE:-0} == 1 ]]; then
@@ -27,31 +26,18 @@ fi
 python3 benchmark/model_configs.py "$CFG" "$MODEL_DIR" --tokenizer-dir "${TOK_DIR:-.tok/smollm2}" >/dev/null || exit 1
 { date -u; nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null; } | tee -a "$LOG"
 
-get() {  # get URL: the body, or a failure status (curl where the machine has it)
-  if command -v curl >/dev/null; then curl -sf "$1"; else
-    python3 -c "import sys, urllib.request as u; sys.stdout.write(u.urlopen(sys.argv[1], timeout=5).read().decode())" "$1" 2>/dev/null
-  fi
-}
-SERVER_PID=""
-start_server() {  # start_server NAME FLAGS...
+source benchmark/server_lifecycle.sh
+start_recipe_server() {  # start_recipe_server NAME FLAGS...: the dummy-weight model, logs in servers.log
   local name=$1; shift
   local t0=$SECONDS
   echo "=== server $name: $*" | tee -a "$LOG" >> "$OUT/servers.log"
-  python3 -m sglang.srt.entrypoints serve --model-path "$MODEL_DIR" --load-format dummy --port "$PORT" \
-    --enable-metrics "${EXTRA[@]}" "$@" >> "$OUT/servers.log" 2>&1 &
-  SERVER_PID=$!
-  for _ in $(seq 1 240); do
-    if get "$URL/health" >/dev/null 2>&1; then echo "=== $name healthy after $((SECONDS - t0)) s" | tee -a "$LOG"; return 0; fi
-    if ! kill -0 "$SERVER_PID" 2>/dev/null; then echo "=== $name died" | tee -a "$LOG"; return 1; fi
-    sleep 0.5
-  done
-  echo "=== $name not healthy after 120 s" | tee -a "$LOG"; return 1
+  if start_server "$OUT/servers.log" 120 --model-path "$MODEL_DIR" --load-format dummy --enable-metrics \
+      "${EXTRA[@]}" "$@" 2>> "$LOG"; then
+    echo "=== $name healthy after $((SECONDS - t0)) s" | tee -a "$LOG"
+  else
+    echo "=== $name did not come up" | tee -a "$LOG"; return 1
+  fi
 }
-stop_server() {
-  [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null
-  SERVER_PID=""
-}
-trap stop_server EXIT
 bench() {  # bench TAG ARGS...: one bench_serving run, 150 s at most
   local tag=$1; shift
   echo "=== run $tag" >> "$LOG"
@@ -69,7 +55,7 @@ OVERLAP=(--dataset-name random --num-prompts 256 --max-concurrency 64 --random-i
 # so SERVERS="si1 si8" measures the stream-interval pair by itself; "eon eoff" adds recipe (e).
 SERVERS=${SERVERS:-"on off queue si8"}
 want() { [[ " $SERVERS " == *" $1 "* ]]; }
-if want on && start_server radix-on; then
+if want on && start_recipe_server radix-on; then
   bench a-radix-on "${GSP[@]}"
   get "$URL/metrics" | grep -E '^sglang:(cache_hit_rate|cached_tokens_total|prompt_tokens_total)' >> "$LOG"
   echo "=== run b-stability" >> "$LOG"
@@ -80,17 +66,17 @@ if want on && start_server radix-on; then
   bench d-stream-interval-1 "${STREAM[@]}"
 fi
 stop_server
-if want si1 && start_server stream-interval-1; then bench d-stream-interval-1 "${STREAM[@]}"; fi
+if want si1 && start_recipe_server stream-interval-1; then bench d-stream-interval-1 "${STREAM[@]}"; fi
 stop_server
-if want off && start_server radix-off --disable-radix-cache; then bench a-radix-off "${GSP[@]}"; fi
+if want off && start_recipe_server radix-off --disable-radix-cache; then bench a-radix-off "${GSP[@]}"; fi
 stop_server
-if want queue && start_server queue-limit --max-queued-requests 4; then bench c-queue-limit-4 "${QUEUE[@]}"; fi
+if want queue && start_recipe_server queue-limit --max-queued-requests 4; then bench c-queue-limit-4 "${QUEUE[@]}"; fi
 stop_server
-if want si8 && start_server stream-interval-8 --stream-interval 8; then bench d-stream-interval-8 "${STREAM[@]}"; fi
+if want si8 && start_recipe_server stream-interval-8 --stream-interval 8; then bench d-stream-interval-8 "${STREAM[@]}"; fi
 stop_server
 # (e) overlap schedule on vs off, decode-heavy: only when asked for (SERVERS="eon eoff").
-if want eon && start_server overlap-on; then bench e-overlap-on "${OVERLAP[@]}"; fi
+if want eon && start_recipe_server overlap-on; then bench e-overlap-on "${OVERLAP[@]}"; fi
 stop_server
-if want eoff && start_server overlap-off --disable-overlap-schedule; then bench e-overlap-off "${OVERLAP[@]}"; fi
+if want eoff && start_recipe_server overlap-off --disable-overlap-schedule; then bench e-overlap-off "${OVERLAP[@]}"; fi
 stop_server
 grep -E "^=== " "$LOG"

@@ -8,29 +8,11 @@ cd "$(dirname "$0")/.."
 PORT=${PORT:-30123}
 OUT=${OUT:-benchmark/results}
 LOGDIR=${LOGDIR:-/tmp}
-URL="http://127.0.0.1:${PORT}"
 mkdir -p "$OUT"
-SERVER_PID=""
-
-start_server() {  # start_server LOGNAME FLAGS...
-  local log="$LOGDIR/sglang-recipe-$1.log"; shift
-  sglang serve --port "$PORT" "$@" >"$log" 2>&1 &
-  SERVER_PID=$!
-  for _ in $(seq 1 300); do
-    if curl -sf "$URL/health" >/dev/null 2>&1; then return 0; fi
-    if ! kill -0 "$SERVER_PID" 2>/dev/null; then echo "server died: $log" >&2; tail -20 "$log" >&2; exit 1; fi
-    sleep 1
-  done
-  echo "server not healthy after 300 s" >&2; exit 1
+source benchmark/server_lifecycle.sh
+start_recipe_server() {  # start_recipe_server LOGNAME FLAGS...: the default model; exits if it does not come up
+  start_server "$LOGDIR/sglang-recipe-$1.log" 300 "${@:2}" || exit 1
 }
-
-stop_server() {
-  if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
-    kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true
-  fi
-  SERVER_PID=""
-}
-trap stop_server EXIT
 
 bench() { python benchmark/bench_serving.py --port "$PORT" --disable-tqdm "$@"; }
 
@@ -47,12 +29,12 @@ recipe_a() {
   local gsp=(--dataset-name generated-shared-prefix --gsp-num-groups 4 --gsp-prompts-per-group 16
              --gsp-system-prompt-len 512 --gsp-question-len 32 --gsp-output-len "$out_len" --max-concurrency 8
              --flush-cache --output-file "$stem.jsonl")
-  start_server a-radix-on --enable-metrics
+  start_recipe_server a-radix-on --enable-metrics
   bench "${gsp[@]}" --tag radix-on | tee "$stem-radix-on.txt"
   curl -s "$URL/metrics" | grep -E '^sglang:(cache_hit_rate|cached_tokens_total|prompt_tokens_total)' \
     >"$stem-radix-on-metrics.txt" || true
   stop_server
-  start_server a-radix-off --enable-metrics --disable-radix-cache
+  start_recipe_server a-radix-off --enable-metrics --disable-radix-cache
   bench "${gsp[@]}" --tag radix-off | tee "$stem-radix-off.txt"
   stop_server
   compare "$stem.jsonl" radix-off radix-on "$stem-compare"
@@ -60,7 +42,7 @@ recipe_a() {
 
 # (b) stable prompt vs request id at the start vs at the end of a ~2000-token system prompt.
 recipe_b() {
-  start_server b-stability --enable-metrics
+  start_recipe_server b-stability --enable-metrics
   python benchmark/bench_prompt_stability.py --port "$PORT" --system-len 2000 --rounds 5 --max-new-tokens 16 \
     --output-file "$OUT/b-stability.jsonl" | tee "$OUT/b-stability.txt"
   stop_server
@@ -70,10 +52,10 @@ recipe_b() {
 recipe_c() {
   local load=(--dataset-name random --num-prompts 64 --max-concurrency 64 --random-input-len 256
               --random-output-len 32 --output-file "$OUT/c-queue.jsonl")
-  start_server c-queue-limit --enable-metrics --max-queued-requests 4
+  start_recipe_server c-queue-limit --enable-metrics --max-queued-requests 4
   bench "${load[@]}" --tag queue-limit-4 | tee "$OUT/c-queue-limit-4.txt"
   stop_server
-  start_server c-no-limit --enable-metrics
+  start_recipe_server c-no-limit --enable-metrics
   bench "${load[@]}" --tag no-limit | tee "$OUT/c-no-limit.txt"
   stop_server
   compare "$OUT/c-queue.jsonl" no-limit queue-limit-4 "$OUT/c-queue-compare"
@@ -83,10 +65,10 @@ recipe_c() {
 recipe_d() {
   local load=(--dataset-name random --num-prompts 16 --max-concurrency 4 --random-input-len 128
               --random-output-len 64 --output-file "$OUT/d-stream.jsonl")
-  start_server d-si1 --enable-metrics
+  start_recipe_server d-si1 --enable-metrics
   bench "${load[@]}" --tag stream-interval-1 | tee "$OUT/d-stream-interval-1.txt"
   stop_server
-  start_server d-si8 --enable-metrics --stream-interval 8
+  start_recipe_server d-si8 --enable-metrics --stream-interval 8
   bench "${load[@]}" --tag stream-interval-8 | tee "$OUT/d-stream-interval-8.txt"
   stop_server
   compare "$OUT/d-stream.jsonl" stream-interval-1 stream-interval-8 "$OUT/d-stream-compare"
@@ -96,10 +78,10 @@ recipe_d() {
 recipe_e() {
   local load=(--dataset-name random --num-prompts 32 --max-concurrency 8 --random-input-len 128
               --random-output-len 48 --output-file "$OUT/e-overlap.jsonl")
-  start_server e-overlap-on --enable-metrics
+  start_recipe_server e-overlap-on --enable-metrics
   bench "${load[@]}" --tag overlap-on | tee "$OUT/e-overlap-on.txt"
   stop_server
-  start_server e-overlap-off --enable-metrics --disable-overlap-schedule
+  start_recipe_server e-overlap-off --enable-metrics --disable-overlap-schedule
   bench "${load[@]}" --tag overlap-off | tee "$OUT/e-overlap-off.txt"
   stop_server
   compare "$OUT/e-overlap.jsonl" overlap-off overlap-on "$OUT/e-overlap-compare"
