@@ -328,7 +328,8 @@ def compute_num_kv_splits(
     waves = 3 from the H200 table of forced split counts (RESULTS.md, run 8; Llama-3-8B heads, ctx
     528-4096): it picks 1 split from batch 64 on (1 split was fastest or within 1% there; 4 waves
     gave 2 splits at batch 64, 13% slower at ctx 528), 2 at batch 32 and 4 at batch 16.
-    Pass `out` (a persistent int32 tensor) when capturing a CUDA graph.
+    Pass `out` (a persistent int32 tensor) when capturing a CUDA graph. The Triton backend runs the
+    same rule as one kernel (decode_prologue.py); this torch version is its reference and the benches'.
     """
     if num_sms is None:
         if seq_lens.is_cuda:
