@@ -32,6 +32,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from model_configs import MODEL_CONFIGS, write_model_config  # noqa: E402
 
+from sglang.srt.server_args import ServerArgs  # noqa: E402
+from sglang.srt.utils.cublas_workspace import configure_cublas_workspace  # noqa: E402
+
 GB = 1e9
 
 
@@ -140,7 +143,7 @@ def make_runner(args, model_path: str, max_bs: int, max_len: int):
                     attention_backend=args.attention_backend, disable_cuda_graph=args.disable_cuda_graph,
                     cuda_graph_max_bs=args.cuda_graph_max_bs or max_bs, random_seed=args.seed,
                     context_length=max(max_len + 8, 64), skinny_matmul=args.skinny_matmul,
-                    disable_pdl=args.disable_pdl)
+                    disable_pdl=args.disable_pdl, cublas_workspace_kib=args.cublas_workspace_kib)
     device = sa.resolved_device()
     return ModelRunner(ModelConfig.from_path(model_path, sa.context_length), sa, device, show_progress=False)
 
@@ -392,6 +395,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--disable-cuda-graph", action="store_true")
     p.add_argument("--skinny-matmul", default="auto", choices=["auto", "triton", "cublas"])
     p.add_argument("--disable-pdl", action="store_true")
+    p.add_argument("--cublas-workspace-kib", type=int, default=ServerArgs.cublas_workspace_kib,
+                   help="as the server flag (-1: torch's default); applies to the HF peer too")
     p.add_argument("--cuda-graph-max-bs", type=int, default=None)
     p.add_argument("--bw", type=float, default=None, help="bytes/s for the floor (default: measure)")
     p.add_argument("--flops", type=float, default=None, help="FLOP/s for the prefill floor (default: measure)")
@@ -410,6 +415,8 @@ def fmt_ms(x: Optional[float]) -> str:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    # Before the HF peer's first matmul: torch fixes the cuBLAS workspace at the process's first call.
+    configure_cublas_workspace(args.cublas_workspace_kib)
     model_path = args.model_path or write_model_config(args.model_config)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     args.device = device

@@ -100,6 +100,9 @@ class ServerArgs:
                             "(none: it measured slower inside the decode step).",
                             ("auto", "triton", "cublas"))
     disable_pdl: bool = _f(False, "Launch our Triton kernels without programmatic dependent launch (sm_90+).")
+    cublas_workspace_kib: int = _f(64, "cuBLAS workspace in KiB on CUDA, set before the first matmul; a small one "
+                                   "steers decode's narrow matmuls away from split-K + reduce kernels. -1: torch's "
+                                   "default. CUBLAS_WORKSPACE_CONFIG / CUBLASLT_WORKSPACE_SIZE in the environment win.")
 
     # ---- parallelism ----
     tp_size: int = _f(1, "Tensor-parallel ranks (one scheduler process each).")
@@ -169,6 +172,7 @@ class ServerArgs:
         need(math.isfinite(self.schedule_conservativeness) and self.schedule_conservativeness > 0,
              "--schedule-conservativeness must be > 0")
         need(self.stream_interval >= 1, "--stream-interval must be >= 1")
+        need(self.cublas_workspace_kib >= -1, "--cublas-workspace-kib must be -1 (torch's default) or >= 0")
         need(self.batch_notify_size >= 1, "--batch-notify-size must be >= 1")
         need(self.decode_log_interval >= 1, "--decode-log-interval must be >= 1")
         need(self.tp_size >= 1, "--tp-size must be >= 1")

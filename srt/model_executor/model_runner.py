@@ -20,6 +20,7 @@ from sglang.srt.model_executor.forward_batch_info import ForwardBatch
 from sglang.srt.model_loader.loader import load_model
 from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
 from sglang.srt.server_args import ServerArgs
+from sglang.srt.utils.cublas_workspace import configure_cublas_workspace
 from sglang.srt.utils import jit_watch
 
 logger = logging.getLogger(__name__)
@@ -47,6 +48,7 @@ class ModelRunner:
         self.dtype = model_config.resolve_dtype(server_args.dtype, device)
         self.page_size = server_args.page_size
         if device == "cuda":
+            configure_cublas_workspace(server_args.cublas_workspace_kib)
             torch.cuda.set_device(gpu_id)
             jit_watch.install()
         self._pre_load_free = self._free_memory()
