@@ -56,13 +56,13 @@ class ReqToTokenPool:
         table. A DECODE pass records its new slots on the device itself (write_device, inside the CUDA
         graph), so the decode step passes on_device=False and queues no copy or kernel here.
         rows / positions are host ints (lists or CPU tensors); slots is a CPU int tensor."""
-        r, p = np.asarray(rows, dtype=np.int64), np.asarray(positions, dtype=np.int64)
+        r, p, s = np.asarray(rows, dtype=np.int64), np.asarray(positions, dtype=np.int64), slots.numpy()
         # Through numpy: torch's index_put on small host tensors costs ~3x more host time per step.
-        self._mirror_np[r, p] = slots.numpy()
+        self._mirror_np[r, p] = s
         if not on_device or self.req_to_token_cpu is self.req_to_token:
             return
         # One pinned [3, n] copy instead of three pageable ones.
-        packed = torch.from_numpy(np.stack([r, p, slots.numpy().astype(np.int64)]))
+        packed = torch.from_numpy(np.stack([r, p, s.astype(np.int64)]))
         rd, pd, sd = packed.pin_memory().to(self.device, non_blocking=True)
         self.write_device(rd, pd, sd)
 

@@ -34,15 +34,9 @@ class AttentionBackend:
         """Per-pass precomputation shared by all layers (index tensors, split counts...). For a DECODE
         pass it must also record the new tokens' slots in the device req_to_token: the scheduler
         writes only the host mirror for decode (a backend may fuse this into its own kernels)."""
-        if forward_batch.forward_mode.is_decode():
-            self.record_decode_slots(forward_batch.req_pool_indices, forward_batch.seq_lens,
-                                     forward_batch.out_cache_loc, forward_batch.req_to_token_pool)
-
-    @staticmethod
-    def record_decode_slots(req_pool_indices: torch.Tensor, seq_lens: torch.Tensor, out_cache_loc: torch.Tensor,
-                            req_to_token_pool) -> None:
-        """req_to_token[row, seq_len - 1] = slot for each decode row (seq_lens include the new token)."""
-        req_to_token_pool.write_device(req_pool_indices, seq_lens - 1, out_cache_loc)
+        fb = forward_batch
+        if fb.forward_mode.is_decode():
+            fb.req_to_token_pool.write_device(fb.req_pool_indices, fb.positions, fb.out_cache_loc)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: "RadixAttention",
                 forward_batch: "ForwardBatch", save_kv_cache: bool = True) -> torch.Tensor:

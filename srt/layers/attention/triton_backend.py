@@ -3,8 +3,9 @@
 Per pass, init_forward_metadata computes on the device what every layer shares: for decode the
 per-request KV split counts and the split-KV workspaces (one prologue kernel, which also records the
 new tokens' slots in req_to_token, as every backend's decode metadata step must); for extend nothing
-beyond the ForwardBatch's own index tensors. Each layer then stores its new K/V into the pool (Triton scatter, casting to the
-pool dtype) and runs the extend or decode kernel, which read K/V through req_to_token.
+beyond the ForwardBatch's own index tensors. Each layer then stores its new K/V into the pool (Triton
+scatter, casting to the pool dtype) and runs the extend or decode kernel, which read K/V through
+req_to_token.
 
 CUDA graphs (decode): init_cuda_graph_state preallocates the split counts and workspaces for the
 largest captured batch. The capture hook runs inside the graph capture, so its device work (the

@@ -9,8 +9,6 @@ does, and writes req_to_token[row, seq_len - 1] = slot.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 import triton
 import triton.language as tl
@@ -25,7 +23,7 @@ _MAX_BLOCK = 1024
 @triton.jit
 def _decode_prologue_kernel(SeqLens, Rows, Loc, ReqToToken, stride_rt, NumSplits, bs, head_programs,
                             target_programs, min_split_len, max_splits,
-                            BLOCK: tl.constexpr, WRITE_SLOTS: tl.constexpr, PDL: tl.constexpr):
+                            BLOCK: tl.constexpr, PDL: tl.constexpr):
     pdl_wait(PDL)
     acc = tl.zeros([BLOCK], dtype=tl.int64)
     for start in range(0, bs, BLOCK):
@@ -39,34 +37,27 @@ def _decode_prologue_kernel(SeqLens, Rows, Loc, ReqToToken, stride_rt, NumSplits
         lens = tl.load(SeqLens + offs, mask=m, other=0).to(tl.int64)
         n = tl.minimum(tl.maximum((lens + split_len - 1) // split_len, 1), max_splits)
         tl.store(NumSplits + offs, n.to(tl.int32), mask=m)
-        if WRITE_SLOTS:
-            rows = tl.load(Rows + offs, mask=m, other=0).to(tl.int64)
-            slot = tl.load(Loc + offs, mask=m, other=0)
-            pos = tl.maximum(lens - 1, 0)
-            tl.store(ReqToToken + rows * stride_rt + pos, slot.to(tl.int32), mask=m)
+        rows = tl.load(Rows + offs, mask=m, other=0).to(tl.int64)
+        slot = tl.load(Loc + offs, mask=m, other=0)
+        pos = tl.maximum(lens - 1, 0)
+        tl.store(ReqToToken + rows * stride_rt + pos, slot.to(tl.int32), mask=m)
 
 
 def decode_prologue(seq_lens: torch.Tensor, num_heads: int, num_kv_heads: int, max_kv_splits: int,
-                    num_kv_splits: torch.Tensor, num_sms: int, req_to_token: Optional[torch.Tensor] = None,
-                    req_pool_indices: Optional[torch.Tensor] = None, out_cache_loc: Optional[torch.Tensor] = None,
+                    num_kv_splits: torch.Tensor, num_sms: int, req_to_token: torch.Tensor,
+                    req_pool_indices: torch.Tensor, out_cache_loc: torch.Tensor,
                     waves: int = 3, min_split_len: int = 64) -> None:
-    """num_kv_splits[:] = compute_num_kv_splits(seq_lens, ...) (same rule, same arguments) and, when
-    req_to_token is given, req_to_token[req_pool_indices[i], seq_lens[i] - 1] = out_cache_loc[i]
-    (a decode pass's seq_lens include its new token). Graph-capturable: no host sync."""
+    """num_kv_splits[:] = compute_num_kv_splits(seq_lens, ...) (same rule, same arguments) and
+    req_to_token[req_pool_indices[i], seq_lens[i] - 1] = out_cache_loc[i] (a decode pass's seq_lens
+    include its new token). Graph-capturable: no host sync."""
     bs = seq_lens.shape[0]
     assert num_kv_splits.shape[0] >= bs and num_kv_splits.dtype == torch.int32
+    assert req_to_token.stride(1) == 1 and req_to_token.dtype == torch.int32
+    assert req_pool_indices.shape[0] == bs and out_cache_loc.shape[0] == bs
     if bs == 0:
         return
-    write = req_to_token is not None
-    if write:
-        assert req_pool_indices is not None and out_cache_loc is not None
-        assert req_to_token.stride(1) == 1 and req_to_token.dtype == torch.int32
-        assert req_pool_indices.shape[0] == bs and out_cache_loc.shape[0] == bs
-    rows = req_pool_indices if write else seq_lens
-    loc = out_cache_loc if write else seq_lens
-    table = req_to_token if write else num_kv_splits
     _decode_prologue_kernel[(1,)](
-        seq_lens, rows, loc, table, table.stride(0) if write else 0, num_kv_splits, bs,
+        seq_lens, req_pool_indices, out_cache_loc, req_to_token, req_to_token.stride(0), num_kv_splits, bs,
         decode_head_programs(num_heads, num_kv_heads), max(1, num_sms * waves), min_split_len, max_kv_splits,
-        BLOCK=min(triton.next_power_of_2(bs), _MAX_BLOCK), WRITE_SLOTS=write,
+        BLOCK=min(triton.next_power_of_2(bs), _MAX_BLOCK),
         num_warps=4 if seq_lens.is_cuda else 1, **pdl_args(seq_lens))
