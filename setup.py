@@ -1,4 +1,5 @@
 """The import package `sglang` is the repository root: `sglang.srt` is srt/, `sglang.lang` is lang/."""
+
 from setuptools import find_packages, setup
 
 subpackages = find_packages(where=".", include=["srt", "srt.*", "lang", "lang.*"])

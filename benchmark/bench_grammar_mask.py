@@ -29,8 +29,11 @@ SCHEMA = {
         "name": {"type": "string"},
         "age": {"type": "integer"},
         "role": {"enum": ["admin", "user", "guest"]},
-        "address": {"type": "object", "properties": {"city": {"type": "string"}, "zip": {"type": "string"}},
-                    "required": ["city", "zip"]},
+        "address": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "zip": {"type": "string"}},
+            "required": ["city", "zip"],
+        },
         "tags": {"type": "array", "items": {"type": "string"}},
     },
     "required": ["name", "age", "role", "address", "tags"],
@@ -39,13 +42,13 @@ CLOSE_AFTER = 12  # a row's own step count after which closing tokens are favour
 
 
 def _closing_ids(tok, stop_ids) -> torch.Tensor:
-    ids = [i for i, t in enumerate(tok.batch_decode([[i] for i in range(len(tok))]))
-           if t and set(t) <= set('"}]')]
+    ids = [i for i, t in enumerate(tok.batch_decode([[i] for i in range(len(tok))])) if t and set(t) <= set('"}]')]
     return torch.tensor(ids + list(stop_ids))
 
 
-def bench(backend: XGrammarBackend, vocab: int, bs: int, steps: int, warmup: int, device: str,
-          closing: torch.Tensor) -> Dict[str, float]:
+def bench(
+    backend: XGrammarBackend, vocab: int, bs: int, steps: int, warmup: int, device: str, closing: torch.Tensor
+) -> Dict[str, float]:
     template = backend.compile("json", json.dumps(SCHEMA))
     gen = torch.Generator().manual_seed(bs)
     rows = [template.copy() for _ in range(bs)]
@@ -76,16 +79,21 @@ def bench(backend: XGrammarBackend, vocab: int, bs: int, steps: int, warmup: int
             fill_ms.append((t1 - t0) * 1e3)
             apply_ms.append((t2 - t1) * 1e3)
 
-        tokens = torch.argmax(logits.float().cpu() - torch.empty(bs, vocab).exponential_(generator=gen).log(),
-                              dim=-1).tolist()  # Gumbel-max: a temperature-1 sample
+        tokens = torch.argmax(
+            logits.float().cpu() - torch.empty(bs, vocab).exponential_(generator=gen).log(), dim=-1
+        ).tolist()  # Gumbel-max: a temperature-1 sample
         for i, g in enumerate(rows):
             assert g.accept_token(tokens[i])
             age[i] += 1
             if g.is_terminated():
                 rows[i], age[i] = template.copy(), 0
     total = [f + a for f, a in zip(fill_ms, apply_ms)]
-    return {"fill": statistics.median(fill_ms), "apply": statistics.median(apply_ms),
-            "total": statistics.median(total), "p90": sorted(total)[int(0.9 * len(total))]}
+    return {
+        "fill": statistics.median(fill_ms),
+        "apply": statistics.median(apply_ms),
+        "total": statistics.median(total),
+        "p90": sorted(total)[int(0.9 * len(total))],
+    }
 
 
 def main() -> None:
@@ -101,15 +109,18 @@ def main() -> None:
     backend = XGrammarBackend(tok, vocab)
     closing = _closing_ids(tok, backend.stop_token_ids)
     # Shared CI machines are noisy; the load average tells a reader how much to trust the table.
-    print(f"grammar mask cost per decode step, vocab {vocab}, device {args.device}, "
-          f"torch threads {torch.get_num_threads()}, load avg {os.getloadavg()[0]:.1f}, "
-          f"median of {args.steps} steps (ms)")
+    print(
+        f"grammar mask cost per decode step, vocab {vocab}, device {args.device}, "
+        f"torch threads {torch.get_num_threads()}, load avg {os.getloadavg()[0]:.1f}, "
+        f"median of {args.steps} steps (ms)"
+    )
     print("| batch | fill (CPU) | move + apply | total | total p90 | total per row |")
     print("|------:|-----------:|-------------:|------:|----------:|--------------:|")
     for bs in args.batch_sizes:
         r = bench(backend, vocab, bs, args.steps, args.warmup, args.device, closing)
-        print(f"| {bs} | {r['fill']:.3f} | {r['apply']:.3f} | {r['total']:.3f} | {r['p90']:.3f} | "
-              f"{r['total'] / bs:.4f} |")
+        print(
+            f"| {bs} | {r['fill']:.3f} | {r['apply']:.3f} | {r['total']:.3f} | {r['p90']:.3f} | {r['total'] / bs:.4f} |"
+        )
 
 
 if __name__ == "__main__":

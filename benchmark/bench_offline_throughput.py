@@ -23,7 +23,7 @@ from typing import Any, Dict, List
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from model_configs import MODEL_CONFIGS, write_model_config  # noqa: E402
+from model_configs import MODEL_CONFIGS, write_model_config
 
 
 def parse_args(argv=None):
@@ -90,8 +90,14 @@ def main(argv=None) -> dict:
     model_path = args.model_path or write_model_config(args.model_config)
     vocab = json.load(open(os.path.join(model_path, "config.json")))["vocab_size"]
     t0 = time.perf_counter()
-    engine = Engine(model_path=model_path, load_format=args.load_format, skip_tokenizer_init=True,
-                    disable_overlap_schedule=args.disable_overlap_schedule, random_seed=args.seed, **extra)
+    engine = Engine(
+        model_path=model_path,
+        load_format=args.load_format,
+        skip_tokenizer_init=True,
+        disable_overlap_schedule=args.disable_overlap_schedule,
+        random_seed=args.seed,
+        **extra,
+    )
     startup = time.perf_counter() - t0
     try:
         info = engine.get_server_info()
@@ -109,19 +115,35 @@ def main(argv=None) -> dict:
     out_tokens = sum(len(o["output_ids"]) for o in outs)
     expected = sum(sp["max_new_tokens"] for sp in sps)
     in_tokens = sum(len(x) for x in ids)
-    res = dict(tag=args.tag, model=args.model_config or model_path, num_prompts=args.num_prompts,
-               input_len_range=args.input_len_range, output_len_range=args.output_len_range,
-               overlap=not args.disable_overlap_schedule, startup_s=startup, elapsed_s=elapsed,
-               input_tokens=in_tokens, output_tokens=out_tokens, expected_output_tokens=expected,
-               output_tok_s=out_tokens / elapsed, total_tok_s=(in_tokens + out_tokens) / elapsed,
-               max_total_num_tokens=info.get("max_total_num_tokens"), device=info.get("device"),
-               engine_kwargs=extra, date=time.strftime("%Y-%m-%d %H:%M"))
-    print(f"model {res['model']} ({args.load_format}), device {res['device']}, overlap "
-          f"{'on' if res['overlap'] else 'off'}, max_total_num_tokens {res['max_total_num_tokens']}, "
-          f"startup {startup:.1f}s")
-    print(f"{args.num_prompts} requests, input {in_tokens} tok, output {out_tokens} tok "
-          f"(expected {expected}) in {elapsed:.2f}s: output {res['output_tok_s']:.1f} tok/s, "
-          f"total {res['total_tok_s']:.1f} tok/s")
+    res = dict(
+        tag=args.tag,
+        model=args.model_config or model_path,
+        num_prompts=args.num_prompts,
+        input_len_range=args.input_len_range,
+        output_len_range=args.output_len_range,
+        overlap=not args.disable_overlap_schedule,
+        startup_s=startup,
+        elapsed_s=elapsed,
+        input_tokens=in_tokens,
+        output_tokens=out_tokens,
+        expected_output_tokens=expected,
+        output_tok_s=out_tokens / elapsed,
+        total_tok_s=(in_tokens + out_tokens) / elapsed,
+        max_total_num_tokens=info.get("max_total_num_tokens"),
+        device=info.get("device"),
+        engine_kwargs=extra,
+        date=time.strftime("%Y-%m-%d %H:%M"),
+    )
+    print(
+        f"model {res['model']} ({args.load_format}), device {res['device']}, overlap "
+        f"{'on' if res['overlap'] else 'off'}, max_total_num_tokens {res['max_total_num_tokens']}, "
+        f"startup {startup:.1f}s"
+    )
+    print(
+        f"{args.num_prompts} requests, input {in_tokens} tok, output {out_tokens} tok "
+        f"(expected {expected}) in {elapsed:.2f}s: output {res['output_tok_s']:.1f} tok/s, "
+        f"total {res['total_tok_s']:.1f} tok/s"
+    )
     if out_tokens != expected:
         print("WARNING: output token count differs from the requested lengths")
     if args.result_file:

@@ -30,10 +30,10 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from model_configs import MODEL_CONFIGS, write_model_config  # noqa: E402
+from model_configs import MODEL_CONFIGS, write_model_config
 
-from sglang.srt.server_args import ServerArgs  # noqa: E402
-from sglang.srt.utils.cublas_workspace import configure_cublas_workspace  # noqa: E402
+from sglang.srt.server_args import ServerArgs
+from sglang.srt.utils.cublas_workspace import configure_cublas_workspace
 
 GB = 1e9
 
@@ -64,9 +64,7 @@ def measure_bandwidth(device: str) -> float:
     a = torch.randn(n, dtype=torch.bfloat16 if device == "cuda" else torch.float32, device=device)
     b = torch.empty_like(a)
     t = median_time(lambda: b.copy_(a), device, reps=10)
-    nbytes = 2 * a.numel() * a.element_size()
-    del a, b
-    return nbytes / t
+    return 2 * a.numel() * a.element_size() / t
 
 
 def measure_matmul_rate(device: str) -> float:
@@ -75,14 +73,14 @@ def measure_matmul_rate(device: str) -> float:
     a = torch.randn(n, n, dtype=dt, device=device)
     b = torch.randn(n, n, dtype=dt, device=device)
     t = median_time(lambda: a @ b, device, reps=10)
-    return 2 * n ** 3 / t
+    return 2 * n**3 / t
 
 
 # ---------------------------------------------------------------------------------------------- model facts
 @dataclass
 class ModelFacts:
     weight_bytes: int
-    layer_matmul_params: int   # 2-D weights inside the decoder layers
+    layer_matmul_params: int  # 2-D weights inside the decoder layers
     lm_head_params: int
     num_layers: int
     num_heads: int
@@ -101,20 +99,27 @@ def model_facts(runner) -> ModelFacts:
     model = runner.model
     layer_params = sum(p.numel() for p in model.model.layers.parameters() if p.dim() == 2)
     cfg = runner.model_config
-    return ModelFacts(runner.weight_bytes(), layer_params, model.lm_head.weight.numel(), cfg.num_hidden_layers,
-                      cfg.num_attention_heads, cfg.head_dim, runner.cell_size())
+    return ModelFacts(
+        runner.weight_bytes(),
+        layer_params,
+        model.lm_head.weight.numel(),
+        cfg.num_hidden_layers,
+        cfg.num_attention_heads,
+        cfg.head_dim,
+        runner.cell_size(),
+    )
 
 
 # ---------------------------------------------------------------------------------------------- results
 @dataclass
 class Result:
-    system: str                 # "ours" or "hf"
+    system: str  # "ours" or "hf"
     batch_size: int
     input_len: int
     output_len: int
     prefill_s: float
-    decode_step_s: Optional[float] = None          # median of steps each timed with a sync before and after
-    decode_pipelined_s: Optional[float] = None     # mean over steps queued back to back (host work overlaps)
+    decode_step_s: Optional[float] = None  # median of steps each timed with a sync before and after
+    decode_pipelined_s: Optional[float] = None  # mean over steps queued back to back (host work overlaps)
     decode_steps_s: List[float] = field(default_factory=list)
 
     @property
@@ -137,13 +142,24 @@ def make_runner(args, model_path: str, max_bs: int, max_len: int):
     from sglang.srt.model_executor.model_runner import ModelRunner
     from sglang.srt.server_args import ServerArgs
 
-    sa = ServerArgs(model_path=model_path, load_format=args.load_format, dtype=args.dtype, device=args.device,
-                    kv_cache_dtype=args.kv_cache_dtype, mem_fraction_static=args.mem_fraction_static,
-                    max_total_tokens=args.max_total_tokens, max_running_requests=max_bs,
-                    attention_backend=args.attention_backend, disable_cuda_graph=args.disable_cuda_graph,
-                    cuda_graph_max_bs=args.cuda_graph_max_bs or max_bs, random_seed=args.seed,
-                    context_length=max(max_len + 8, 64), skinny_matmul=args.skinny_matmul,
-                    disable_pdl=args.disable_pdl, cublas_workspace_kib=args.cublas_workspace_kib)
+    sa = ServerArgs(
+        model_path=model_path,
+        load_format=args.load_format,
+        dtype=args.dtype,
+        device=args.device,
+        kv_cache_dtype=args.kv_cache_dtype,
+        mem_fraction_static=args.mem_fraction_static,
+        max_total_tokens=args.max_total_tokens,
+        max_running_requests=max_bs,
+        attention_backend=args.attention_backend,
+        disable_cuda_graph=args.disable_cuda_graph,
+        cuda_graph_max_bs=args.cuda_graph_max_bs or max_bs,
+        random_seed=args.seed,
+        context_length=max(max_len + 8, 64),
+        skinny_matmul=args.skinny_matmul,
+        disable_pdl=args.disable_pdl,
+        cublas_workspace_kib=args.cublas_workspace_kib,
+    )
     device = sa.resolved_device()
     return ModelRunner(ModelConfig.from_path(model_path, sa.context_length), sa, device, show_progress=False)
 
@@ -154,14 +170,23 @@ def greedy_info(bs: int, vocab: int, device: str, temperature: float = 0.0):
     greedy = temperature <= 0
     return SamplingBatchInfo(
         temperatures=torch.full((bs, 1), 1.0 if greedy else temperature, device=device),
-        top_ps=torch.ones(bs, device=device), top_ks=torch.full((bs,), vocab, dtype=torch.int64, device=device),
-        min_ps=torch.zeros(bs, device=device), greedy=torch.full((bs,), greedy, device=device),
-        seeds=torch.arange(bs, dtype=torch.int64, device=device), steps=torch.zeros(bs, dtype=torch.int64, device=device),
-        is_all_greedy=greedy, need_top_p=False, need_top_k=False, need_min_p=False, vocab_size=vocab)
+        top_ps=torch.ones(bs, device=device),
+        top_ks=torch.full((bs,), vocab, dtype=torch.int64, device=device),
+        min_ps=torch.zeros(bs, device=device),
+        greedy=torch.full((bs,), greedy, device=device),
+        seeds=torch.arange(bs, dtype=torch.int64, device=device),
+        steps=torch.zeros(bs, dtype=torch.int64, device=device),
+        is_all_greedy=greedy,
+        need_top_p=False,
+        need_top_k=False,
+        need_min_p=False,
+        vocab_size=vocab,
+    )
 
 
-def run_ours(runner, bs: int, input_len: int, output_len: int, seed: int, max_prefill_tokens: int,
-             temperature: float = 0.0) -> Result:
+def run_ours(
+    runner, bs: int, input_len: int, output_len: int, seed: int, max_prefill_tokens: int, temperature: float = 0.0
+) -> Result:
     from sglang.srt.model_executor.static_batch import StaticBatch
 
     device = runner.device
@@ -212,8 +237,9 @@ def run_hf(model, bs: int, input_len: int, output_len: int, seed: int, device: s
     mask = torch.ones_like(ids)
 
     def gen(n: int):
-        return model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
-                              do_sample=False, pad_token_id=0)
+        return model.generate(
+            input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0
+        )
 
     with torch.no_grad():
         gen(2)  # warm-up
@@ -243,8 +269,12 @@ def bench_sampler(runner, batch_sizes: List[int]) -> List[dict]:
     for bs in batch_sizes:
         logits = LogitsProcessorOutput(torch.randn(bs, vocab, device=device))
         row = {"batch_size": bs, "vocab": vocab}
-        for name, temp, fused in (("greedy_ms", 0.0, True), ("greedy_torch_ms", 0.0, False), ("temp1_ms", 1.0, True),
-                                  ("temp1_torch_ms", 1.0, False)):
+        for name, temp, fused in (
+            ("greedy_ms", 0.0, True),
+            ("greedy_torch_ms", 0.0, False),
+            ("temp1_ms", 1.0, True),
+            ("temp1_torch_ms", 1.0, False),
+        ):
             info = greedy_info(bs, vocab, device, temp)
             sampler_mod.FUSED_RACE = fused  # temp1: the fused Triton race (CUDA) vs the torch noise path
             row[name] = 1e3 * median_time(lambda: runner.sample(logits, info), device, reps=20)
@@ -280,8 +310,13 @@ def profile_decode(runner, bs: int, input_len: int, steps: int, seed: int, top: 
     finally:
         sb.release()
     if on_cuda:
-        kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-                   and not e.name.startswith("Memcpy") and not e.name.startswith("Memset")]
+        kernels = [
+            e
+            for e in prof.events()
+            if e.device_type == torch.autograd.DeviceType.CUDA
+            and not e.name.startswith("Memcpy")
+            and not e.name.startswith("Memset")
+        ]
     else:  # CPU: top-level ops stand in for kernels (a check of this function, not a measurement)
         kernels = [e for e in prof.events() if e.cpu_parent is None]
     if not kernels:
@@ -296,18 +331,26 @@ def profile_decode(runner, bs: int, input_len: int, steps: int, seed: int, top: 
         by_name[e.name] = (t + e.time_range.end - e.time_range.start, n + 1)
     rows = sorted(by_name.items(), key=lambda kv: -kv[1][0])
     span_step = (end - start) / steps
-    print(f"[profile] bs {bs}: {len(kernels) / steps:.0f} kernels per step, span {span_step:.0f} us/step, "
-          f"kernels busy {busy / steps:.0f} us/step, idle {100 * (1 - busy / (end - start)):.1f}%")
+    print(
+        f"[profile] bs {bs}: {len(kernels) / steps:.0f} kernels per step, span {span_step:.0f} us/step, "
+        f"kernels busy {busy / steps:.0f} us/step, idle {100 * (1 - busy / (end - start)):.1f}%"
+    )
     print(f"{'us/step':>9} {'n/step':>6} {'us each':>8}  kernel")
     for name, (t, n) in rows[:top]:
         print(f"{t / steps:9.1f} {n / steps:6.1f} {t / n:8.2f}  {name[:110]}")
-    return {"batch_size": bs, "span_us": span_step, "busy_us": busy / steps, "kernels_per_step": len(kernels) / steps,
-            "top": [(name[:160], t / steps, n / steps) for name, (t, n) in rows[:top]]}
+    return {
+        "batch_size": bs,
+        "span_us": span_step,
+        "busy_us": busy / steps,
+        "kernels_per_step": len(kernels) / steps,
+        "top": [(name[:160], t / steps, n / steps) for name, (t, n) in rows[:top]],
+    }
 
 
 # ---------------------------------------------------------------------------------------------- host time
-def host_breakdown(runner, bs: int, input_len: int, steps: int, seed: int, max_prefill_tokens: int,
-                   host_profile: bool = False) -> dict:
+def host_breakdown(
+    runner, bs: int, input_len: int, steps: int, seed: int, max_prefill_tokens: int, host_profile: bool = False
+) -> dict:
     """Where a synced decode step's time goes: host time of each phase (prepare = slot + ForwardBatch,
     forward = input copies + graph launch, sample = sampler launches, wait = until the device is done)
     and the captured graph replayed alone (device time + launch). Medians over `steps` steps, in us.
@@ -355,10 +398,17 @@ def host_breakdown(runner, bs: int, input_len: int, steps: int, seed: int, max_p
                 graph_us = 1e6 * median_time(graph.replay, device, reps=steps)
     finally:
         sb.release()
-    row = {"batch_size": bs, **{k + "_us": 1e6 * statistics.median(v) for k, v in times.items()},
-           "graph_alone_us": graph_us}
-    print(f"[host] bs {bs}: " + ", ".join(f"{k} {row[k + '_us']:.0f}" for k in names + ("total",))
-          + (f" us; graph replayed alone {graph_us:.0f} us" if graph_us else " us"), flush=True)
+    row = {
+        "batch_size": bs,
+        **{k + "_us": 1e6 * statistics.median(v) for k, v in times.items()},
+        "graph_alone_us": graph_us,
+    }
+    print(
+        f"[host] bs {bs}: "
+        + ", ".join(f"{k} {row[k + '_us']:.0f}" for k in names + ("total",))
+        + (f" us; graph replayed alone {graph_us:.0f} us" if graph_us else " us"),
+        flush=True,
+    )
     return row
 
 
@@ -374,14 +424,27 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--output-len", type=int, default=32)
     p.add_argument("--long-prefill", type=int, default=0, help="also time one prefill of this many tokens (bs 1)")
     p.add_argument("--hf", action="store_true", help="time HF transformers generate on the same shapes first")
-    p.add_argument("--hf-batch-size", type=int, nargs="*", default=None,
-                   help="batch sizes for HF (default: those of --batch-size up to 8; it is slow)")
+    p.add_argument(
+        "--hf-batch-size",
+        type=int,
+        nargs="*",
+        default=None,
+        help="batch sizes for HF (default: those of --batch-size up to 8; it is slow)",
+    )
     p.add_argument("--hf-output-len", type=int, default=16)
     p.add_argument("--bench-sampler", action="store_true", help="time sample() alone at each batch size")
-    p.add_argument("--profile-bs", type=int, nargs="*", default=[],
-                   help="after the timings, profile the decode kernels at these batch sizes (table per size)")
-    p.add_argument("--host-breakdown", action="store_true",
-                   help="after the timings, split a synced decode step into host phases at each batch size")
+    p.add_argument(
+        "--profile-bs",
+        type=int,
+        nargs="*",
+        default=[],
+        help="after the timings, profile the decode kernels at these batch sizes (table per size)",
+    )
+    p.add_argument(
+        "--host-breakdown",
+        action="store_true",
+        help="after the timings, split a synced decode step into host phases at each batch size",
+    )
     p.add_argument("--host-profile", action="store_true", help="with --host-breakdown: cProfile those steps too")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature in the decode loop")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
@@ -390,13 +453,21 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--attention-backend", default=None)
     p.add_argument("--mem-fraction-static", type=float, default=None)
     p.add_argument("--max-total-tokens", type=int, default=None)
-    p.add_argument("--max-prefill-tokens", type=int, default=16384,
-                   help="prefill larger batches in groups of requests up to this many tokens per pass")
+    p.add_argument(
+        "--max-prefill-tokens",
+        type=int,
+        default=16384,
+        help="prefill larger batches in groups of requests up to this many tokens per pass",
+    )
     p.add_argument("--disable-cuda-graph", action="store_true")
     p.add_argument("--skinny-matmul", default="auto", choices=["auto", "triton", "cublas"])
     p.add_argument("--disable-pdl", action="store_true")
-    p.add_argument("--cublas-workspace-kib", type=int, default=ServerArgs.cublas_workspace_kib,
-                   help="as the server flag (-1: torch's default); applies to the HF peer too")
+    p.add_argument(
+        "--cublas-workspace-kib",
+        type=int,
+        default=ServerArgs.cublas_workspace_kib,
+        help="as the server flag (-1: torch's default); applies to the HF peer too",
+    )
     p.add_argument("--cuda-graph-max-bs", type=int, default=None)
     p.add_argument("--bw", type=float, default=None, help="bytes/s for the floor (default: measure)")
     p.add_argument("--flops", type=float, default=None, help="FLOP/s for the prefill floor (default: measure)")
@@ -435,8 +506,9 @@ def main(argv=None) -> dict:
         for bs in hf_bs:
             r = run_hf(hf, bs, args.input_len, args.hf_output_len, args.seed + bs, device)
             results.append(r)
-            print(f"[hf] bs {bs}: prefill {fmt_ms(r.prefill_s)} ms, decode step {fmt_ms(r.decode_step_s)} ms",
-                  flush=True)
+            print(
+                f"[hf] bs {bs}: prefill {fmt_ms(r.prefill_s)} ms, decode step {fmt_ms(r.decode_step_s)} ms", flush=True
+            )
         if args.long_prefill:
             r = run_hf(hf, 1, args.long_prefill, 1, args.seed, device)
             results.append(r)
@@ -448,19 +520,22 @@ def main(argv=None) -> dict:
     t0 = time.perf_counter()
     runner = make_runner(args, model_path, max(args.batch_size), max_len)
     gr = runner.graph_runner
-    print(f"[ours] {name}: load+pools+graphs {time.perf_counter() - t0:.1f}s; max_total_num_tokens="
-          f"{runner.max_total_num_tokens}, available_mem={runner.sizes.available_mem_gb:.2f} GB, "
-          f"attention={type(runner.attn_backend).__name__}, fused_ops={runner.fused_ops}, cuda_graph_bs="
-          f"{gr.capture_bs if gr else None} ({gr.capture_time if gr else 0:.1f}s)", flush=True)
+    print(
+        f"[ours] {name}: load+pools+graphs {time.perf_counter() - t0:.1f}s; max_total_num_tokens="
+        f"{runner.max_total_num_tokens}, available_mem={runner.sizes.available_mem_gb:.2f} GB, "
+        f"attention={type(runner.attn_backend).__name__}, fused_ops={runner.fused_ops}, cuda_graph_bs="
+        f"{gr.capture_bs if gr else None} ({gr.capture_time if gr else 0:.1f}s)",
+        flush=True,
+    )
     facts = model_facts(runner)
     for bs in args.batch_size:
         # Warm-up at this batch size (Triton specialisations, cuBLAS heuristics), then the timed run.
         run_ours(runner, bs, args.input_len, 2, args.seed + 1000 + bs, args.max_prefill_tokens, args.temperature)
-        r = run_ours(runner, bs, args.input_len, args.output_len, args.seed + bs, args.max_prefill_tokens,
-                     args.temperature)
+        r = run_ours(
+            runner, bs, args.input_len, args.output_len, args.seed + bs, args.max_prefill_tokens, args.temperature
+        )
         results.append(r)
-        print(f"[ours] bs {bs}: prefill {fmt_ms(r.prefill_s)} ms, decode step {fmt_ms(r.decode_step_s)} ms",
-              flush=True)
+        print(f"[ours] bs {bs}: prefill {fmt_ms(r.prefill_s)} ms, decode step {fmt_ms(r.decode_step_s)} ms", flush=True)
     if args.long_prefill:
         run_ours(runner, 1, args.long_prefill, 1, args.seed + 7, args.max_prefill_tokens)
         r = run_ours(runner, 1, args.long_prefill, 1, args.seed + 8, args.max_prefill_tokens)
@@ -468,8 +543,16 @@ def main(argv=None) -> dict:
         results.append(r)
     sampler_rows = bench_sampler(runner, args.batch_size) if args.bench_sampler else []
     profiles = [profile_decode(runner, bs, args.input_len, 10, args.seed + 99) for bs in args.profile_bs]
-    host_rows = ([host_breakdown(runner, bs, args.input_len, args.output_len, args.seed + 77, args.max_prefill_tokens,
-                                 args.host_profile) for bs in args.batch_size] if args.host_breakdown else [])
+    host_rows = (
+        [
+            host_breakdown(
+                runner, bs, args.input_len, args.output_len, args.seed + 77, args.max_prefill_tokens, args.host_profile
+            )
+            for bs in args.batch_size
+        ]
+        if args.host_breakdown
+        else []
+    )
 
     summary = report(args, name, device, bw, flops, facts, runner, results, sampler_rows)
     if profiles:
@@ -485,14 +568,20 @@ def main(argv=None) -> dict:
 def report(args, name, device, bw, flops, facts: ModelFacts, runner, results: List[Result], sampler_rows) -> dict:
     floor = facts.weight_bytes / bw
     print()
-    print(f"model {name} ({args.load_format}), device {device}"
-          + (f" ({torch.cuda.get_device_name()})" if device == "cuda" else "")
-          + f", dtype {runner.dtype}, kv {runner.kv_dtype}, max_total_num_tokens {runner.max_total_num_tokens}")
-    print(f"measured: copy bandwidth {bw / 1e12:.2f} TB/s, matrix rate {flops / 1e12:.1f} TFLOP/s; weights "
-          f"{facts.weight_bytes / GB:.2f} GB -> decode floor {1e3 * floor:.2f} ms/step")
+    print(
+        f"model {name} ({args.load_format}), device {device}"
+        + (f" ({torch.cuda.get_device_name()})" if device == "cuda" else "")
+        + f", dtype {runner.dtype}, kv {runner.kv_dtype}, max_total_num_tokens {runner.max_total_num_tokens}"
+    )
+    print(
+        f"measured: copy bandwidth {bw / 1e12:.2f} TB/s, matrix rate {flops / 1e12:.1f} TFLOP/s; weights "
+        f"{facts.weight_bytes / GB:.2f} GB -> decode floor {1e3 * floor:.2f} ms/step"
+    )
     hf_step = {r.batch_size: r.decode_step_s for r in results if r.system == "hf" and r.input_len == args.input_len}
-    print(f"{'system':<6} {'bs':>4} {'in':>6} {'prefill ms':>11} {'prefill tok/s':>14} {'prefill/floor':>13} "
-          f"{'step ms':>9} {'pipelined':>9} {'tok/s':>9} {'step/floor':>10} {'(w+kv floor)':>12} {'vs HF':>7}")
+    print(
+        f"{'system':<6} {'bs':>4} {'in':>6} {'prefill ms':>11} {'prefill tok/s':>14} {'prefill/floor':>13} "
+        f"{'step ms':>9} {'pipelined':>9} {'tok/s':>9} {'step/floor':>10} {'(w+kv floor)':>12} {'vs HF':>7}"
+    )
     rows = []
     for r in results:
         pf_floor = facts.prefill_flops([r.input_len] * r.batch_size) / flops
@@ -500,28 +589,49 @@ def report(args, name, device, bw, flops, facts: ModelFacts, runner, results: Li
         # Weights plus the KV this step reads at mid-decode (prompt + half the outputs per request).
         kv = r.batch_size * (r.input_len + r.output_len // 2) * facts.kv_bytes_per_token
         wkv_floor = (facts.weight_bytes + kv) / bw
-        vs_hf = hf_step.get(r.batch_size) / step if (r.system == "ours" and step and hf_step.get(r.batch_size)) \
-            else None
-        row = dict(asdict(r), prefill_tok_s=r.prefill_tok_s, prefill_floor_s=pf_floor,
-                   prefill_ratio=r.prefill_s / pf_floor, decode_tok_s=r.decode_tok_s, decode_floor_s=floor,
-                   decode_ratio=(step / floor) if step else None, decode_wkv_floor_s=wkv_floor,
-                   speedup_vs_hf=vs_hf)
+        vs_hf = (
+            hf_step.get(r.batch_size) / step if (r.system == "ours" and step and hf_step.get(r.batch_size)) else None
+        )
+        row = dict(
+            asdict(r),
+            prefill_tok_s=r.prefill_tok_s,
+            prefill_floor_s=pf_floor,
+            prefill_ratio=r.prefill_s / pf_floor,
+            decode_tok_s=r.decode_tok_s,
+            decode_floor_s=floor,
+            decode_ratio=(step / floor) if step else None,
+            decode_wkv_floor_s=wkv_floor,
+            speedup_vs_hf=vs_hf,
+        )
         row.pop("decode_steps_s")
         rows.append(row)
-        print(f"{r.system:<6} {r.batch_size:>4} {r.input_len:>6} {fmt_ms(r.prefill_s):>11} {r.prefill_tok_s:>14.0f} "
-              f"{r.prefill_s / pf_floor:>12.2f}x {fmt_ms(step):>9} {fmt_ms(r.decode_pipelined_s):>9} "
-              f"{(r.decode_tok_s or 0):>9.0f} {(f'{step / floor:.2f}x' if step else '-'):>10} "
-              f"{(f'{step / wkv_floor:.2f}x' if step else '-'):>12} {(f'{vs_hf:.1f}x' if vs_hf else '-'):>7}")
+        print(
+            f"{r.system:<6} {r.batch_size:>4} {r.input_len:>6} {fmt_ms(r.prefill_s):>11} {r.prefill_tok_s:>14.0f} "
+            f"{r.prefill_s / pf_floor:>12.2f}x {fmt_ms(step):>9} {fmt_ms(r.decode_pipelined_s):>9} "
+            f"{(r.decode_tok_s or 0):>9.0f} {(f'{step / floor:.2f}x' if step else '-'):>10} "
+            f"{(f'{step / wkv_floor:.2f}x' if step else '-'):>12} {(f'{vs_hf:.1f}x' if vs_hf else '-'):>7}"
+        )
     for s in sampler_rows:
-        print(f"sampler bs {s['batch_size']} vocab {s['vocab']}: greedy {s['greedy_ms']:.3f} ms "
-              f"(torch {s['greedy_torch_ms']:.3f} ms), "
-              f"temperature 1 {s['temp1_ms']:.3f} ms (torch noise path {s['temp1_torch_ms']:.3f} ms)")
-    return dict(tag=args.tag, model=name, device=device,
-                device_name=torch.cuda.get_device_name() if device == "cuda" else "cpu",
-                date=time.strftime("%Y-%m-%d %H:%M"), bandwidth=bw, matmul_flops=flops,
-                weight_bytes=facts.weight_bytes, max_total_num_tokens=runner.max_total_num_tokens,
-                kv_dtype=str(runner.kv_dtype), cuda_graph=runner.graph_runner is not None, rows=rows,
-                sampler=sampler_rows)
+        print(
+            f"sampler bs {s['batch_size']} vocab {s['vocab']}: greedy {s['greedy_ms']:.3f} ms "
+            f"(torch {s['greedy_torch_ms']:.3f} ms), "
+            f"temperature 1 {s['temp1_ms']:.3f} ms (torch noise path {s['temp1_torch_ms']:.3f} ms)"
+        )
+    return dict(
+        tag=args.tag,
+        model=name,
+        device=device,
+        device_name=torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        date=time.strftime("%Y-%m-%d %H:%M"),
+        bandwidth=bw,
+        matmul_flops=flops,
+        weight_bytes=facts.weight_bytes,
+        max_total_num_tokens=runner.max_total_num_tokens,
+        kv_dtype=str(runner.kv_dtype),
+        cuda_graph=runner.graph_runner is not None,
+        rows=rows,
+        sampler=sampler_rows,
+    )
 
 
 if __name__ == "__main__":

@@ -29,8 +29,8 @@ import requests
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from serving import server_api  # noqa: E402
-from serving.datasets import load_corpus_ids  # noqa: E402
+from serving import server_api
+from serving.datasets import load_corpus_ids
 
 CASES = ("stable", "id-at-start", "id-at-end")
 QUESTION = "In two sentences, what does the keeper write in her book each night?"
@@ -98,16 +98,23 @@ def run_case(url: str, tokenizer: Any, case: str, base: str, args: argparse.Name
     rounds: List[Dict[str, Any]] = []
     for _ in range(args.rounds):
         rid = uuid.uuid4().hex
-        messages = [{"role": "system", "content": system_for(case, base, rid)},
-                    {"role": "user", "content": QUESTION}]
+        messages = [{"role": "system", "content": system_for(case, base, rid)}, {"role": "user", "content": QUESTION}]
         if chat:
-            body = {"model": args.model or server_api.get_model_name(url), "messages": messages,
-                    "max_tokens": args.max_new_tokens, "temperature": 0, "stream": True,
-                    "stream_options": {"include_usage": True}}
+            body = {
+                "model": args.model or server_api.get_model_name(url),
+                "messages": messages,
+                "max_tokens": args.max_new_tokens,
+                "temperature": 0,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            }
         else:
             text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-            body = {"text": text, "stream": True,
-                    "sampling_params": {"max_new_tokens": args.max_new_tokens, "temperature": 0}}
+            body = {
+                "text": text,
+                "stream": True,
+                "sampling_params": {"max_new_tokens": args.max_new_tokens, "temperature": 0},
+            }
         rounds.append(_stream(url, body, chat))
     warm = rounds[1:] or rounds
     return {
@@ -122,15 +129,22 @@ def run_case(url: str, tokenizer: Any, case: str, base: str, args: argparse.Name
 
 def format_table(rows: List[Dict[str, Any]]) -> str:
     stable = next((r for r in rows if r["case"] == "stable"), None)
-    head = (f"{'case':<12} {'prompt tok':>10} {'cached tok per round':<34} {'median cached (2..)':>19} "
-            f"{'median TTFT ms (2..)':>20} {'TTFT / stable':>13}")
+    head = (
+        f"{'case':<12} {'prompt tok':>10} {'cached tok per round':<34} {'median cached (2..)':>19} "
+        f"{'median TTFT ms (2..)':>20} {'TTFT / stable':>13}"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
-        ratio = (r["median_ttft_ms_warm"] / stable["median_ttft_ms_warm"]
-                 if stable and stable["median_ttft_ms_warm"] else float("nan"))
+        ratio = (
+            r["median_ttft_ms_warm"] / stable["median_ttft_ms_warm"]
+            if stable and stable["median_ttft_ms_warm"]
+            else float("nan")
+        )
         cached = ",".join(str(c) for c in r["cached_tokens"])
-        lines.append(f"{r['case']:<12} {r['prompt_tokens']:>10} {cached:<34} {r['median_cached_tokens_warm']:>19} "
-                     f"{r['median_ttft_ms_warm']:>20.1f} {ratio:>13.2f}")
+        lines.append(
+            f"{r['case']:<12} {r['prompt_tokens']:>10} {cached:<34} {r['median_cached_tokens_warm']:>19} "
+            f"{r['median_ttft_ms_warm']:>20.1f} {ratio:>13.2f}"
+        )
     return "\n".join(lines)
 
 
@@ -161,10 +175,15 @@ def main(argv: Optional[List[str]] = None) -> None:
     rows = [run_case(url, tokenizer, c, base, args) for c in args.cases.split(",")]
     print(format_table(rows), flush=True)
     if args.output_file:
-        rec = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "backend": args.backend,
-               "loadavg_1m_after": os.getloadavg()[0],
-               "system_len": args.system_len, "rounds": args.rounds, "max_new_tokens": args.max_new_tokens,
-               "cases": rows}
+        rec = {
+            "date": datetime.datetime.now().isoformat(timespec="seconds"),
+            "backend": args.backend,
+            "loadavg_1m_after": os.getloadavg()[0],
+            "system_len": args.system_len,
+            "rounds": args.rounds,
+            "max_new_tokens": args.max_new_tokens,
+            "cases": rows,
+        }
         with open(args.output_file, "a", encoding="utf-8") as f:
             f.write(json.dumps(rec) + "\n")
 

@@ -24,15 +24,23 @@ from typing import Any, Dict, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from serving import server_api  # noqa: E402
-from serving.client import BACKENDS, REQUEST_FUNCS, RequestConfig, RequestResult  # noqa: E402
-from serving.datasets import DATASETS, build_requests  # noqa: E402
-from serving.metrics import format_table, summarize  # noqa: E402
-from serving.runner import run_requests, warmup  # noqa: E402
+from serving import server_api
+from serving.client import BACKENDS, REQUEST_FUNCS, RequestConfig, RequestResult
+from serving.datasets import DATASETS, build_requests
+from serving.metrics import format_table, summarize
+from serving.runner import run_requests, warmup
 
 # Server flags worth recording next to every run (the peer of a comparison differs in one of them).
-SERVER_FLAGS = ("disable_radix_cache", "disable_overlap_schedule", "stream_interval", "max_queued_requests",
-                "chunked_prefill_size", "max_total_num_tokens", "schedule_policy", "enable_metrics")
+SERVER_FLAGS = (
+    "disable_radix_cache",
+    "disable_overlap_schedule",
+    "stream_interval",
+    "max_queued_requests",
+    "chunked_prefill_size",
+    "max_total_num_tokens",
+    "schedule_policy",
+    "enable_metrics",
+)
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
@@ -76,11 +84,21 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     a("--no-plot", action="store_true")
     a("--tag", default=None, help="Label of this run in the JSON line and in --compare charts")
     a("--disable-tqdm", action="store_true")
-    a("--compare", nargs=2, metavar=("A.jsonl", "B.jsonl"), default=None,
-      help="Draw a bar chart of the last run in each file instead of benchmarking")
+    a(
+        "--compare",
+        nargs=2,
+        metavar=("A.jsonl", "B.jsonl"),
+        default=None,
+        help="Draw a bar chart of the last run in each file instead of benchmarking",
+    )
     a("--compare-labels", nargs=2, default=None)
-    a("--compare-tags", nargs=2, default=None, metavar=("TAG_A", "TAG_B"),
-      help="With --compare: take the last run with this tag from each file (the files may be the same)")
+    a(
+        "--compare-tags",
+        nargs=2,
+        default=None,
+        metavar=("TAG_A", "TAG_B"),
+        help="With --compare: take the last run with this tag from each file (the files may be the same)",
+    )
     return p.parse_args(argv)
 
 
@@ -114,12 +132,21 @@ def machine_info(load_before: float) -> Dict[str, Any]:
             model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
     except OSError:
         pass
-    return {"nproc": os.cpu_count(), "cpu_model": model, "loadavg_1m_before": load_before,
-            "loadavg_1m_after": os.getloadavg()[0]}
+    return {
+        "nproc": os.cpu_count(),
+        "cpu_model": model,
+        "loadavg_1m_before": load_before,
+        "loadavg_1m_after": os.getloadavg()[0],
+    }
 
 
-def run_record(args: argparse.Namespace, summary: Dict[str, Any], server_info: Dict[str, Any],
-               results: List[RequestResult], load_before: float = float("nan")) -> Dict[str, Any]:
+def run_record(
+    args: argparse.Namespace,
+    summary: Dict[str, Any],
+    server_info: Dict[str, Any],
+    results: List[RequestResult],
+    load_before: float = float("nan"),
+) -> Dict[str, Any]:
     rec: Dict[str, Any] = {
         "tag": args.tag,
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
@@ -134,19 +161,30 @@ def run_record(args: argparse.Namespace, summary: Dict[str, Any], server_info: D
         "machine": machine_info(load_before),
     }
     if args.dataset_name == "generated-shared-prefix":
-        rec["gsp"] = {"num_groups": args.gsp_num_groups, "prompts_per_group": args.gsp_prompts_per_group,
-                      "system_prompt_len": args.gsp_system_prompt_len, "question_len": args.gsp_question_len,
-                      "output_len": args.gsp_output_len}
+        rec["gsp"] = {
+            "num_groups": args.gsp_num_groups,
+            "prompts_per_group": args.gsp_prompts_per_group,
+            "system_prompt_len": args.gsp_system_prompt_len,
+            "question_len": args.gsp_question_len,
+            "output_len": args.gsp_output_len,
+        }
     elif args.dataset_name.startswith("random"):
-        rec["random"] = {"input_len": args.random_input_len, "output_len": args.random_output_len,
-                         "range_ratio": args.random_range_ratio}
+        rec["random"] = {
+            "input_len": args.random_input_len,
+            "output_len": args.random_output_len,
+            "range_ratio": args.random_range_ratio,
+        }
     rec.update(summary)
     if args.output_details:
         rec["details"] = {
-            "ttfts": [r.ttft for r in results], "latencies": [r.latency for r in results],
-            "output_lens": [r.output_len for r in results], "prompt_lens": [r.prompt_len for r in results],
-            "cached_tokens": [r.cached_tokens for r in results], "frames": [r.frames for r in results],
-            "itls": [r.itl for r in results], "errors": [r.error for r in results],
+            "ttfts": [r.ttft for r in results],
+            "latencies": [r.latency for r in results],
+            "output_lens": [r.output_len for r in results],
+            "prompt_lens": [r.prompt_len for r in results],
+            "cached_tokens": [r.cached_tokens for r in results],
+            "frames": [r.frames for r in results],
+            "itls": [r.itl for r in results],
+            "errors": [r.error for r in results],
         }
     return rec
 
@@ -169,9 +207,15 @@ def benchmark(args: argparse.Namespace) -> Dict[str, Any]:
     reqs = build_requests(args, tokenizer)
     model = args.model or server_api.get_model_name(url) or "default"
     extra = json.loads(args.extra_request_body) if args.extra_request_body else {}
-    cfg = RequestConfig(base_url=url, model=model, stream=not args.disable_stream,
-                        ignore_eos=not args.disable_ignore_eos, temperature=args.temperature, extra_body=extra,
-                        send_token_ids=not args.send_text)
+    cfg = RequestConfig(
+        base_url=url,
+        model=model,
+        stream=not args.disable_stream,
+        ignore_eos=not args.disable_ignore_eos,
+        temperature=args.temperature,
+        extra_body=extra,
+        send_token_ids=not args.send_text,
+    )
     fn = REQUEST_FUNCS[args.backend]
 
     warm = asyncio.run(warmup(fn, cfg, reqs, args.warmup_requests))
@@ -182,8 +226,11 @@ def benchmark(args: argparse.Namespace) -> Dict[str, Any]:
         print("warning: /flush_cache did not succeed", file=sys.stderr)
 
     load_before = os.getloadavg()[0]
-    results, duration, _ = asyncio.run(run_requests(fn, cfg, reqs, args.request_rate, args.max_concurrency,
-                                                    args.seed, show_progress=not args.disable_tqdm))
+    results, duration, _ = asyncio.run(
+        run_requests(
+            fn, cfg, reqs, args.request_rate, args.max_concurrency, args.seed, show_progress=not args.disable_tqdm
+        )
+    )
     info = server_api.get_server_info(url)
     summary = summarize(results, duration, tokenizer, info)
     print(format_table(summary, args.backend, args.request_rate, args.max_concurrency), flush=True)
@@ -214,16 +261,32 @@ def compare(args: argparse.Namespace) -> None:
             raise SystemExit(f"{path} holds no matching runs")
         run = records[-1]
         runs.append(run)
-        labels.append((args.compare_labels or [None, None])[i] or run.get("tag")
-                      or os.path.splitext(os.path.basename(path))[0])
+        labels.append(
+            (args.compare_labels or [None, None])[i] or run.get("tag") or os.path.splitext(os.path.basename(path))[0]
+        )
     out = args.plot_file or "compare.png"
     plot_compare(runs, labels, out, title=f"{labels[0]} vs {labels[1]}")
     w = max(14, len(labels[0]), len(labels[1]))
     print(f"{'metric':<24} {labels[0]:>{w}} {labels[1]:>{w}} {'B/A':>7}")
-    for key in ("duration", "completed", "failed", "request_throughput", "output_throughput", "mean_ttft_ms",
-                "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "median_itl_ms", "p99_itl_ms",
-                "itl_zero_fraction", "mean_frames_per_request", "mean_e2e_latency_ms", "run_cache_hit_rate",
-                "server_cache_hit_rate"):
+    for key in (
+        "duration",
+        "completed",
+        "failed",
+        "request_throughput",
+        "output_throughput",
+        "mean_ttft_ms",
+        "median_ttft_ms",
+        "p99_ttft_ms",
+        "mean_tpot_ms",
+        "mean_itl_ms",
+        "median_itl_ms",
+        "p99_itl_ms",
+        "itl_zero_fraction",
+        "mean_frames_per_request",
+        "mean_e2e_latency_ms",
+        "run_cache_hit_rate",
+        "server_cache_hit_rate",
+    ):
         a, b = runs[0].get(key), runs[1].get(key)
         ratio = f"{b / a:.2f}" if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a else "-"
         fa = f"{a:.3f}" if isinstance(a, float) else str(a)

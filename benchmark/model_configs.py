@@ -14,32 +14,87 @@ import tempfile
 from typing import Any, Dict
 
 _LLAMA3_8B: Dict[str, Any] = dict(
-    architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=4096, intermediate_size=14336,
-    num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=128256,
-    max_position_embeddings=8192, rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
-    bos_token_id=128000, eos_token_id=128001, hidden_act="silu", attention_bias=False, torch_dtype="bfloat16")
+    architectures=["LlamaForCausalLM"],
+    model_type="llama",
+    hidden_size=4096,
+    intermediate_size=14336,
+    num_hidden_layers=32,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    head_dim=128,
+    vocab_size=128256,
+    max_position_embeddings=8192,
+    rope_theta=500000.0,
+    rms_norm_eps=1e-5,
+    tie_word_embeddings=False,
+    bos_token_id=128000,
+    eos_token_id=128001,
+    hidden_act="silu",
+    attention_bias=False,
+    torch_dtype="bfloat16",
+)
 
 _QWEN3_06B: Dict[str, Any] = dict(
-    architectures=["Qwen3ForCausalLM"], model_type="qwen3", hidden_size=1024, intermediate_size=3072,
-    num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8, head_dim=128, vocab_size=151936,
-    max_position_embeddings=40960, rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
-    bos_token_id=151643, eos_token_id=151645, hidden_act="silu", attention_bias=False, torch_dtype="bfloat16")
+    architectures=["Qwen3ForCausalLM"],
+    model_type="qwen3",
+    hidden_size=1024,
+    intermediate_size=3072,
+    num_hidden_layers=28,
+    num_attention_heads=16,
+    num_key_value_heads=8,
+    head_dim=128,
+    vocab_size=151936,
+    max_position_embeddings=40960,
+    rope_theta=1000000.0,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=True,
+    bos_token_id=151643,
+    eos_token_id=151645,
+    hidden_act="silu",
+    attention_bias=False,
+    torch_dtype="bfloat16",
+)
 
 _QWEN3_8B: Dict[str, Any] = dict(
-    _QWEN3_06B, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
-    tie_word_embeddings=False)
+    _QWEN3_06B,
+    hidden_size=4096,
+    intermediate_size=12288,
+    num_hidden_layers=36,
+    num_attention_heads=32,
+    tie_word_embeddings=False,
+)
 
 MODEL_CONFIGS: Dict[str, Dict[str, Any]] = {
     "llama3-8b": _LLAMA3_8B,
     "qwen3-0.6b": _QWEN3_06B,
     "qwen3-8b": _QWEN3_8B,
     # CPU-sized shapes with the same structure (GQA, rope, tied / untied heads).
-    "tiny-llama": dict(_LLAMA3_8B, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                       num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=512,
-                       max_position_embeddings=2048, bos_token_id=1, eos_token_id=2),
-    "tiny-qwen3": dict(_QWEN3_06B, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                       num_attention_heads=4, num_key_value_heads=2, head_dim=32, vocab_size=512,
-                       max_position_embeddings=2048, bos_token_id=1, eos_token_id=2),
+    "tiny-llama": dict(
+        _LLAMA3_8B,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        vocab_size=512,
+        max_position_embeddings=2048,
+        bos_token_id=1,
+        eos_token_id=2,
+    ),
+    "tiny-qwen3": dict(
+        _QWEN3_06B,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        vocab_size=512,
+        max_position_embeddings=2048,
+        bos_token_id=1,
+        eos_token_id=2,
+    ),
 }
 
 
@@ -62,6 +117,7 @@ def write_model_dir(name: str, folder: str, tokenizer_dir: str) -> str:
     for f in os.listdir(tokenizer_dir):
         shutil.copy(os.path.join(tokenizer_dir, f), folder)
     from transformers import AutoTokenizer
+
     tok = AutoTokenizer.from_pretrained(folder)
     cfg.update(vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
     with open(os.path.join(folder, "config.json"), "w") as f:

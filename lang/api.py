@@ -35,11 +35,36 @@ from sglang.lang.ir import (
 )
 
 __all__ = [
-    "BaseBackend", "ChoicesDecision", "ChoicesSamplingMethod", "EngineBackend", "REGEX_BOOL", "REGEX_FLOAT",
-    "REGEX_INT", "REGEX_STR", "RuntimeEndpoint", "SglFunction", "assistant", "assistant_begin",
-    "assistant_end", "flush_cache", "function", "gen", "gen_int", "gen_string", "get_server_info",
-    "greedy_token_selection", "select", "set_default_backend", "system", "system_begin", "system_end",
-    "token_length_normalized", "unconditional_likelihood_normalized", "user", "user_begin", "user_end",
+    "BaseBackend",
+    "ChoicesDecision",
+    "ChoicesSamplingMethod",
+    "EngineBackend",
+    "REGEX_BOOL",
+    "REGEX_FLOAT",
+    "REGEX_INT",
+    "REGEX_STR",
+    "RuntimeEndpoint",
+    "SglFunction",
+    "assistant",
+    "assistant_begin",
+    "assistant_end",
+    "flush_cache",
+    "function",
+    "gen",
+    "gen_int",
+    "gen_string",
+    "get_server_info",
+    "greedy_token_selection",
+    "select",
+    "set_default_backend",
+    "system",
+    "system_begin",
+    "system_end",
+    "token_length_normalized",
+    "unconditional_likelihood_normalized",
+    "user",
+    "user_begin",
+    "user_end",
 ]
 
 
@@ -89,8 +114,9 @@ def gen(
     """Generate into variable `name`. Unset parameters inherit the run's defaults. With `choices` this
     is a `select`; with `dtype` (int/float/str/bool) the output is constrained and cast."""
     if choices is not None:
-        return select(name, choices, temperature=temperature or 0.0,
-                      choices_method=choices_method or token_length_normalized)
+        return select(
+            name, choices, temperature=temperature or 0.0, choices_method=choices_method or token_length_normalized
+        )
     if regex is not None:
         try:
             re.compile(regex)
@@ -99,12 +125,24 @@ def gen(
     if isinstance(json_schema, dict):
         json_schema = json.dumps(json_schema)
     overrides = {
-        "max_new_tokens": max_tokens, "min_new_tokens": min_tokens, "stop": stop,
-        "stop_token_ids": stop_token_ids, "stop_regex": stop_regex, "temperature": temperature,
-        "top_p": top_p, "top_k": top_k, "min_p": min_p, "frequency_penalty": frequency_penalty,
-        "presence_penalty": presence_penalty, "ignore_eos": ignore_eos, "return_logprob": return_logprob,
-        "logprob_start_len": logprob_start_len, "top_logprobs_num": top_logprobs_num,
-        "return_text_in_logprobs": return_text_in_logprobs, "dtype": normalize_dtype(dtype), "regex": regex,
+        "max_new_tokens": max_tokens,
+        "min_new_tokens": min_tokens,
+        "stop": stop,
+        "stop_token_ids": stop_token_ids,
+        "stop_regex": stop_regex,
+        "temperature": temperature,
+        "top_p": top_p,
+        "top_k": top_k,
+        "min_p": min_p,
+        "frequency_penalty": frequency_penalty,
+        "presence_penalty": presence_penalty,
+        "ignore_eos": ignore_eos,
+        "return_logprob": return_logprob,
+        "logprob_start_len": logprob_start_len,
+        "top_logprobs_num": top_logprobs_num,
+        "return_text_in_logprobs": return_text_in_logprobs,
+        "dtype": normalize_dtype(dtype),
+        "regex": regex,
         "json_schema": json_schema,
     }
     return SglGen(name, {k: v for k, v in overrides.items() if v is not None})
@@ -118,8 +156,12 @@ def gen_string(name: Optional[str] = None, **kwargs: Any) -> SglExpr:
     return gen(name, dtype=str, **kwargs)
 
 
-def select(name: Optional[str] = None, choices: Optional[Sequence[str]] = None, temperature: float = 0.0,
-           choices_method: ChoicesSamplingMethod = token_length_normalized) -> SglExpr:
+def select(
+    name: Optional[str] = None,
+    choices: Optional[Sequence[str]] = None,
+    temperature: float = 0.0,
+    choices_method: ChoicesSamplingMethod = token_length_normalized,
+) -> SglExpr:
     """Append the most likely of `choices` (scored from prompt logprobs) and store it in `name`."""
     if not choices:
         raise ValueError("select needs at least one choice")

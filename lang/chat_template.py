@@ -44,8 +44,11 @@ def _chatml(name: str, default_system_prompt: Optional[str] = None) -> ChatTempl
 KNOWN_TEMPLATES: Dict[str, ChatTemplate] = {
     "default": ChatTemplate(
         name="default",
-        role_prefix_and_suffix={"system": ("System: ", "\n\n"), "user": ("User: ", "\n\n"),
-                                "assistant": ("Assistant: ", "\n\n")},
+        role_prefix_and_suffix={
+            "system": ("System: ", "\n\n"),
+            "user": ("User: ", "\n\n"),
+            "assistant": ("Assistant: ", "\n\n"),
+        },
     ),
     "chatml": _chatml("chatml"),
     "smollm2": _chatml("smollm2", "You are a helpful AI assistant named SmolLM, trained by Hugging Face"),
@@ -53,8 +56,7 @@ KNOWN_TEMPLATES: Dict[str, ChatTemplate] = {
     "llama-3": ChatTemplate(
         name="llama-3",
         # The tokenizer adds <|begin_of_text|> itself, so the prompt text must not repeat it.
-        role_prefix_and_suffix={r: (f"<|start_header_id|>{r}<|end_header_id|>\n\n", "<|eot_id|>")
-                                for r in ROLES},
+        role_prefix_and_suffix={r: (f"<|start_header_id|>{r}<|end_header_id|>\n\n", "<|eot_id|>") for r in ROLES},
         stop_str=("<|eot_id|>",),
     ),
 }
@@ -114,7 +116,7 @@ def _split_once(text: str, sentinel: str) -> Tuple[str, str]:
 def _strip_start(text: str, prefix: str) -> str:
     if not text.startswith(prefix):
         raise ValueError(f"expected {prefix!r} at the start of {text[:80]!r}")
-    return text[len(prefix):]
+    return text[len(prefix) :]
 
 
 def derive_chat_template(tokenizer: Any, name: str = "from-tokenizer") -> ChatTemplate:
@@ -126,7 +128,7 @@ def derive_chat_template(tokenizer: Any, name: str = "from-tokenizer") -> ChatTe
 
     def render(messages: List[Dict[str, str]], generation_prompt: bool = False) -> str:
         text = _render(tokenizer, messages, generation_prompt)
-        return text[len(bos):] if bos and text.startswith(bos) else text
+        return text[len(bos) :] if bos and text.startswith(bos) else text
 
     sys_msg, user_msg = {"role": "system", "content": _S}, {"role": "user", "content": _U}
     full = render([sys_msg, user_msg, {"role": "assistant", "content": _A}])
@@ -149,20 +151,24 @@ def derive_chat_template(tokenizer: Any, name: str = "from-tokenizer") -> ChatTe
     if inserted:
         if not (inserted.startswith(sys_prefix) and inserted.endswith(sys_suffix)):
             raise ValueError(f"template inserts text that is not a system message: {inserted!r}")
-        default_system = inserted[len(sys_prefix): len(inserted) - len(sys_suffix)]
+        default_system = inserted[len(sys_prefix) : len(inserted) - len(sys_suffix)]
 
     stop = asst_suffix.strip()
     return ChatTemplate(
         name=name,
-        role_prefix_and_suffix={"system": (sys_prefix, sys_suffix), "user": (user_prefix, user_suffix),
-                                "assistant": (asst_prefix, asst_suffix)},
+        role_prefix_and_suffix={
+            "system": (sys_prefix, sys_suffix),
+            "user": (user_prefix, user_suffix),
+            "assistant": (asst_prefix, asst_suffix),
+        },
         default_system_prompt=default_system,
         stop_str=(stop,) if stop else (),
     )
 
 
-def chat_template_for_model(model_path: str, tokenizer: Any = None,
-                            tokenizer_path: Optional[str] = None) -> ChatTemplate:
+def chat_template_for_model(
+    model_path: str, tokenizer: Any = None, tokenizer_path: Optional[str] = None
+) -> ChatTemplate:
     """Best template we can get: the tokenizer's own (loaded from `tokenizer_path` if needed),
     else the table entry matching the model path."""
     try:
@@ -172,6 +178,6 @@ def chat_template_for_model(model_path: str, tokenizer: Any = None,
             tokenizer = get_tokenizer(tokenizer_path)
         if tokenizer is not None:
             return derive_chat_template(tokenizer)
-    except Exception as e:  # any tokenizer/template failure only costs us precision, not function
+    except Exception as e:  # noqa: BLE001 - any tokenizer/template failure only costs us precision, not function
         logger.info("chat template not derived from the tokenizer (%s); matching by model path", e)
     return match_chat_template_by_path(model_path)

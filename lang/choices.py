@@ -30,8 +30,11 @@ def _argmax(values: Sequence[float]) -> int:
     return max(range(len(values)), key=lambda i: values[i])
 
 
-def _meta(normalized: Sequence[float], input_lps: Sequence[Sequence[LogprobEntry]],
-          output_lps: Sequence[Sequence[LogprobEntry]]) -> Dict[str, Any]:
+def _meta(
+    normalized: Sequence[float],
+    input_lps: Sequence[Sequence[LogprobEntry]],
+    output_lps: Sequence[Sequence[LogprobEntry]],
+) -> Dict[str, Any]:
     """What every method reports in the select's meta_info."""
     return {
         "normalized_prompt_logprobs": list(normalized),
@@ -45,22 +48,34 @@ class ChoicesSamplingMethod:
 
     requires_unconditional_logprobs: bool = False
 
-    def __call__(self, *, choices: Sequence[str], normalized_prompt_logprobs: Sequence[float],
-                 input_token_logprobs: Sequence[Sequence[LogprobEntry]],
-                 output_token_logprobs: Sequence[Sequence[LogprobEntry]],
-                 unconditional_token_logprobs: Optional[Sequence[Sequence[LogprobEntry]]] = None,
-                 ) -> ChoicesDecision:
+    def __call__(
+        self,
+        *,
+        choices: Sequence[str],
+        normalized_prompt_logprobs: Sequence[float],
+        input_token_logprobs: Sequence[Sequence[LogprobEntry]],
+        output_token_logprobs: Sequence[Sequence[LogprobEntry]],
+        unconditional_token_logprobs: Optional[Sequence[Sequence[LogprobEntry]]] = None,
+    ) -> ChoicesDecision:
         raise NotImplementedError
 
 
 class TokenLengthNormalized(ChoicesSamplingMethod):
     """The choice with the highest mean token logprob (long choices are not penalised)."""
 
-    def __call__(self, *, choices, normalized_prompt_logprobs, input_token_logprobs, output_token_logprobs,
-                 unconditional_token_logprobs=None) -> ChoicesDecision:
+    def __call__(
+        self,
+        *,
+        choices,
+        normalized_prompt_logprobs,
+        input_token_logprobs,
+        output_token_logprobs,
+        unconditional_token_logprobs=None,
+    ) -> ChoicesDecision:
         best = _argmax(normalized_prompt_logprobs)
-        return ChoicesDecision(choices[best], _meta(normalized_prompt_logprobs, input_token_logprobs,
-                                                    output_token_logprobs))
+        return ChoicesDecision(
+            choices[best], _meta(normalized_prompt_logprobs, input_token_logprobs, output_token_logprobs)
+        )
 
 
 class GreedyTokenSelection(ChoicesSamplingMethod):
@@ -73,13 +88,23 @@ class GreedyTokenSelection(ChoicesSamplingMethod):
 
     tolerance = 1e-6  # rows of one batch can differ in the last bits for identical prefixes
 
-    def __call__(self, *, choices, normalized_prompt_logprobs, input_token_logprobs, output_token_logprobs,
-                 unconditional_token_logprobs=None) -> ChoicesDecision:
-        rows: List[List[float]] = [[e[0] if e[0] is not None else 0.0 for e in entries]
-                                   for entries in input_token_logprobs]
+    def __call__(
+        self,
+        *,
+        choices,
+        normalized_prompt_logprobs,
+        input_token_logprobs,
+        output_token_logprobs,
+        unconditional_token_logprobs=None,
+    ) -> ChoicesDecision:
+        rows: List[List[float]] = [
+            [e[0] if e[0] is not None else 0.0 for e in entries] for entries in input_token_logprobs
+        ]
         width = max((len(r) for r in rows), default=0)
-        matrix = [r + [mean if math.isfinite(mean) else 0.0] * (width - len(r))
-                  for r, mean in zip(rows, normalized_prompt_logprobs)]
+        matrix = [
+            r + [mean if math.isfinite(mean) else 0.0] * (width - len(r))
+            for r, mean in zip(rows, normalized_prompt_logprobs)
+        ]
         alive = list(range(len(choices)))
         for col in range(width):
             top = max(matrix[i][col] for i in alive)
@@ -87,10 +112,13 @@ class GreedyTokenSelection(ChoicesSamplingMethod):
             if len(alive) == 1:
                 break
         best = alive[0] if alive else 0
-        return ChoicesDecision(choices[best], {
-            **_meta(normalized_prompt_logprobs, input_token_logprobs, output_token_logprobs),
-            "greedy_logprob_matrix": matrix,
-        })
+        return ChoicesDecision(
+            choices[best],
+            {
+                **_meta(normalized_prompt_logprobs, input_token_logprobs, output_token_logprobs),
+                "greedy_logprob_matrix": matrix,
+            },
+        )
 
 
 class UnconditionalLikelihoodNormalized(ChoicesSamplingMethod):
@@ -101,22 +129,31 @@ class UnconditionalLikelihoodNormalized(ChoicesSamplingMethod):
 
     requires_unconditional_logprobs = True
 
-    def __call__(self, *, choices, normalized_prompt_logprobs, input_token_logprobs, output_token_logprobs,
-                 unconditional_token_logprobs=None) -> ChoicesDecision:
+    def __call__(
+        self,
+        *,
+        choices,
+        normalized_prompt_logprobs,
+        input_token_logprobs,
+        output_token_logprobs,
+        unconditional_token_logprobs=None,
+    ) -> ChoicesDecision:
         if unconditional_token_logprobs is None:
             raise ValueError("unconditional_likelihood_normalized needs unconditional logprobs")
         scores = []
         for cond, uncond in zip(input_token_logprobs, unconditional_token_logprobs):
             # The first token of an unconditional sequence has no logprob: count it as 0.
-            diffs = [c[0] - (u[0] if u[0] is not None else 0.0)
-                     for c, u in zip(cond, uncond) if c[0] is not None]
+            diffs = [c[0] - (u[0] if u[0] is not None else 0.0) for c, u in zip(cond, uncond) if c[0] is not None]
             scores.append(sum(diffs) / len(diffs) if diffs else float("-inf"))
         best = _argmax(scores)
-        return ChoicesDecision(choices[best], {
-            **_meta(normalized_prompt_logprobs, input_token_logprobs, output_token_logprobs),
-            "unconditional_token_logprobs": [list(x) for x in unconditional_token_logprobs],
-            "normalized_unconditional_prompt_logprobs": scores,
-        })
+        return ChoicesDecision(
+            choices[best],
+            {
+                **_meta(normalized_prompt_logprobs, input_token_logprobs, output_token_logprobs),
+                "unconditional_token_logprobs": [list(x) for x in unconditional_token_logprobs],
+                "normalized_unconditional_prompt_logprobs": scores,
+            },
+        )
 
 
 token_length_normalized = TokenLengthNormalized()

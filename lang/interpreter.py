@@ -66,8 +66,13 @@ def role_begin_text(template: ChatTemplate, role: str, first_message: bool) -> s
 class StreamExecutor:
     """Runs one program's expressions on a worker thread and holds the program's text and variables."""
 
-    def __init__(self, backend: Any, default_sampling_params: SglSamplingParams, stream: bool = False,
-                 chat_template: Optional[ChatTemplate] = None) -> None:
+    def __init__(
+        self,
+        backend: Any,
+        default_sampling_params: SglSamplingParams,
+        stream: bool = False,
+        chat_template: Optional[ChatTemplate] = None,
+    ) -> None:
         self.sid = uuid.uuid4().hex
         self.backend = backend
         self.default_sampling_params = default_sampling_params
@@ -194,8 +199,7 @@ class StreamExecutor:
             self.variables[name] = value
             self.meta_info[name] = meta_info
             self.assigned_since_fork.append(name)
-            self.stream_var_text[name] = text if text is not None else (
-                value if isinstance(value, str) else str(value))
+            self.stream_var_text[name] = text if text is not None else (value if isinstance(value, str) else str(value))
             self.stream_var_done.add(name)
             pending = self._pending_events.get(name)
             ev = pending.popleft() if pending else self.variable_event.setdefault(name, threading.Event())
@@ -230,14 +234,14 @@ class StreamExecutor:
         elif isinstance(node, SglVarScopeBegin):
             self.var_scope_begin[node.name] = len(self.text_)
         elif isinstance(node, SglVarScopeEnd):
-            self.set_var(node.name, self.text_[self.var_scope_begin.pop(node.name):])
+            self.set_var(node.name, self.text_[self.var_scope_begin.pop(node.name) :])
         elif isinstance(node, SglCommitLazy):
             self.backend.commit_lazy_operations(self)
         elif isinstance(node, SglConcateAndAppend):
             for state in node.states:
                 child = state.stream_executor
                 child.sync()
-                self._append(child.text_[child.fork_start_text_pos:])
+                self._append(child.text_[child.fork_start_text_pos :])
         elif isinstance(node, SglArgument):
             raise TypeError(f"argument placeholder {node.name!r} reached a real run")
         else:
@@ -259,7 +263,7 @@ class StreamExecutor:
                     self.stream_var_text[node.name] = ""
                     self.stream_var_done.discard(node.name)
             pieces, meta = [], {}
-            for piece, meta in self.backend.generate_stream(self, sp):
+            for piece, meta in self.backend.generate_stream(self, sp):  # noqa: B007 - the last meta is kept
                 pieces.append(piece)
                 self._append(piece, node.name)
             comp = "".join(pieces)
@@ -284,7 +288,7 @@ class StreamExecutor:
     def _role_end(self, role: str) -> None:
         if self.cur_role != role:
             raise ValueError(f"closing role {role!r} but the open role is {self.cur_role!r}")
-        content = self.text_[self.cur_role_begin_pos:]
+        content = self.text_[self.cur_role_begin_pos :]
         self._append(self.chat_template.get_prefix_and_suffix(role)[1])
         self.messages_.append({"role": role, "content": content})
         self.cur_role = None
@@ -298,8 +302,7 @@ class StreamExecutor:
         self.sync()
         children = []
         for _ in range(size):
-            child = StreamExecutor(self.backend, self.default_sampling_params,
-                                   chat_template=self._chat_template)
+            child = StreamExecutor(self.backend, self.default_sampling_params, chat_template=self._chat_template)
             child.text_ = self.text_
             child.messages_ = list(self.messages_)
             child.variables = dict(self.variables)
@@ -429,7 +432,7 @@ class ProgramState(_RoleMethods):
         pos = 0
         while True:
             with ex._cv:
-                ex._cv.wait_for(lambda: len(current()) > pos or done())
+                ex._cv.wait_for(lambda pos=pos: len(current()) > pos or done())
                 chunk, finished = current()[pos:], done()
             if chunk:
                 pos += len(chunk)
@@ -485,8 +488,9 @@ class ProgramStateGroup:
                 names += [n for n in state.stream_executor.assigned_since_fork if n not in names]
             for name in names:
                 children = [s.stream_executor for s in self.states]
-                parent.set_var(name, [c.variables.get(name) for c in children],
-                               [c.meta_info.get(name) for c in children])
+                parent.set_var(
+                    name, [c.variables.get(name) for c in children], [c.meta_info.get(name) for c in children]
+                )
         elif mode == "concate_and_append":
             parent.submit(SglConcateAndAppend(self.states))
             parent.sync()
@@ -511,8 +515,13 @@ def _run_body(program: SglFunction, state: ProgramState, arguments: Dict[str, An
         state.stream_executor.end()
 
 
-def run_program(program: SglFunction, backend: Any, arguments: Dict[str, Any],
-                default_sampling_params: SglSamplingParams, stream: bool = False) -> ProgramState:
+def run_program(
+    program: SglFunction,
+    backend: Any,
+    arguments: Dict[str, Any],
+    default_sampling_params: SglSamplingParams,
+    stream: bool = False,
+) -> ProgramState:
     """Without stream: returns when the program is done (backend errors surface when the state is
     read). With stream: returns at once while the program runs in a thread; iterate `text_iter()`."""
     state = ProgramState(StreamExecutor(backend, default_sampling_params, stream=stream))
@@ -571,7 +580,7 @@ def extract_prefix_by_tracing(program: SglFunction, backend: Any) -> str:
         program.func(tracer, **placeholders)
     except StopTracing:
         pass
-    except Exception as e:  # programs may do anything with a placeholder; the prefix so far holds
+    except Exception as e:  # noqa: BLE001 - programs may do anything with a placeholder; the prefix so far holds
         logger.debug("tracing %s stopped at %r", program.func.__name__, e)
     return tracer.prefix
 
@@ -581,7 +590,7 @@ def cache_program(program: SglFunction, backend: Any) -> None:
     if len(prefix) > global_config.precache_min_chars:
         try:
             backend.cache_prefix(prefix)
-        except Exception as e:  # an optimisation only: the programs themselves will report errors
+        except Exception as e:  # noqa: BLE001 - an optimisation only: the programs themselves will report errors
             logger.warning("precaching the shared prefix failed: %s", e)
 
 
@@ -591,9 +600,14 @@ def _num_threads(num_threads: Union[int, str], n: int) -> int:
     return max(1, min(int(num_threads), n))
 
 
-def run_program_batch(program: SglFunction, backend: Any, batch_arguments: Sequence[Dict[str, Any]],
-                      default_sampling_params: SglSamplingParams, num_threads: Union[int, str] = "auto",
-                      progress_bar: bool = False) -> List[ProgramState]:
+def run_program_batch(
+    program: SglFunction,
+    backend: Any,
+    batch_arguments: Sequence[Dict[str, Any]],
+    default_sampling_params: SglSamplingParams,
+    num_threads: Union[int, str] = "auto",
+    progress_bar: bool = False,
+) -> List[ProgramState]:
     """Run the program once per argument dict; states come back in input order. A failing program
     does not stop the others: its state raises when read."""
     if not batch_arguments:

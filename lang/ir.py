@@ -221,8 +221,7 @@ class SglGen(SglExpr):
 
 
 class SglSelect(SglExpr):
-    def __init__(self, name: Optional[str], choices: Sequence[str], temperature: float,
-                 choices_method: Any) -> None:
+    def __init__(self, name: Optional[str], choices: Sequence[str], temperature: float, choices_method: Any) -> None:
         super().__init__()
         self.name = name
         self.choices = list(choices)
@@ -332,8 +331,7 @@ class SglFunction:
     def arguments(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Dict[str, Any]:
         """Map positional and keyword arguments onto parameter names (bound ones fill the gaps)."""
         if len(args) > len(self.arg_names):
-            raise TypeError(f"{self.func.__name__}() takes {len(self.arg_names)} arguments after s, "
-                            f"got {len(args)}")
+            raise TypeError(f"{self.func.__name__}() takes {len(self.arg_names)} arguments after s, got {len(args)}")
         out = {**self.bind_arguments, **dict(zip(self.arg_names, args))}
         for k, v in kwargs.items():
             if k not in self.arg_names:
@@ -349,11 +347,23 @@ class SglFunction:
         from sglang.lang.interpreter import run_program
 
         sampling, program_kwargs = _split_run_kwargs(dict(kwargs))
-        return run_program(self, resolve_backend(backend), self.arguments(args, program_kwargs),
-                           SglSamplingParams().merged(sampling), stream=stream)
+        return run_program(
+            self,
+            resolve_backend(backend),
+            self.arguments(args, program_kwargs),
+            SglSamplingParams().merged(sampling),
+            stream=stream,
+        )
 
-    def run_batch(self, batch_kwargs: Sequence[Mapping[str, Any]], *, backend: Any = None,
-                  num_threads: Union[int, str] = "auto", progress_bar: bool = False, **sampling: Any) -> List[Any]:
+    def run_batch(
+        self,
+        batch_kwargs: Sequence[Mapping[str, Any]],
+        *,
+        backend: Any = None,
+        num_threads: Union[int, str] = "auto",
+        progress_bar: bool = False,
+        **sampling: Any,
+    ) -> List[Any]:
         """Run once per argument dict on a thread pool; returns the states in input order."""
         from sglang.lang.interpreter import run_program_batch
 
@@ -361,9 +371,14 @@ class SglFunction:
         if extra:
             raise TypeError(f"unknown run_batch keyword(s) {sorted(extra)}")
         arguments = [self.arguments((), kw) for kw in batch_kwargs]
-        return run_program_batch(self, resolve_backend(backend), arguments,
-                                 SglSamplingParams().merged(sampling), num_threads=num_threads,
-                                 progress_bar=progress_bar)
+        return run_program_batch(
+            self,
+            resolve_backend(backend),
+            arguments,
+            SglSamplingParams().merged(sampling),
+            num_threads=num_threads,
+            progress_bar=progress_bar,
+        )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.run(*args, **kwargs)

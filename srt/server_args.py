@@ -43,13 +43,21 @@ class ServerArgs:
     )
     tokenizer_path: Optional[str] = _f(None, "Tokenizer folder; defaults to the model path.")
     load_format: str = _f("auto", "How to read weights.", ["auto", "safetensors", "pt", "gguf", "dummy"])
-    dtype: str = _f("auto", "Weight and activation dtype (auto: the checkpoint's on GPU, float32 on CPU).",
-                    ["auto", "bfloat16", "float16", "float32"])
-    kv_cache_dtype: str = _f("auto", "KV cache dtype; fp8_e4m3 halves bytes per token.",
-                             ["auto", "bfloat16", "float16", "float32", "fp8_e4m3"])
+    dtype: str = _f(
+        "auto",
+        "Weight and activation dtype (auto: the checkpoint's on GPU, float32 on CPU).",
+        ["auto", "bfloat16", "float16", "float32"],
+    )
+    kv_cache_dtype: str = _f(
+        "auto",
+        "KV cache dtype; fp8_e4m3 halves bytes per token.",
+        ["auto", "bfloat16", "float16", "float32", "fp8_e4m3"],
+    )
     context_length: Optional[int] = _f(None, "Override the model's context length.")
     served_model_name: Optional[str] = _f(None, "Model name shown by the OpenAI routes.")
-    chat_template: Optional[str] = _f(None, "A Jinja chat template file (or literal template) overriding the tokenizer's.")
+    chat_template: Optional[str] = _f(
+        None, "A Jinja chat template file (or literal template) overriding the tokenizer's."
+    )
     skip_tokenizer_init: bool = _f(False, "Take and return token ids only; no detokenizer text.")
     trust_remote_code: bool = _f(False, "Allow custom code in the tokenizer folder.")
     revision: Optional[str] = _f(None, "Unused; accepted for compatibility.")
@@ -63,13 +71,17 @@ class ServerArgs:
     # ---- device and memory ----
     device: str = _f("auto", "Where the model runs.", ["auto", "cpu", "cuda"])
     mem_fraction_static: Optional[float] = _f(
-        None, "(Weights + KV pool) / device memory on GPU; on CPU the fraction of free RAM for the KV pool.")
+        None, "(Weights + KV pool) / device memory on GPU; on CPU the fraction of free RAM for the KV pool."
+    )
     max_total_tokens: Optional[int] = _f(None, "KV pool size in tokens (overrides the memory-based size).")
     max_running_requests: Optional[int] = _f(None, "Most requests decoding at once.")
-    max_queued_requests: Optional[int] = _f(None, "Most requests waiting; more get HTTP 503 'The request queue is full.'")
+    max_queued_requests: Optional[int] = _f(
+        None, "Most requests waiting; more get HTTP 503 'The request queue is full.'"
+    )
     max_prefill_tokens: int = _f(16384, "Most new prompt tokens in one prefill batch.")
     chunked_prefill_size: Optional[int] = _f(
-        None, "Longest prompt piece per prefill step; -1 disables chunking; default by device memory.")
+        None, "Longest prompt piece per prefill step; -1 disables chunking; default by device memory."
+    )
     page_size: int = _f(1, "Tokens per KV page.")
     enable_mixed_chunk: bool = _f(False, "Run decode rows in the same forward pass as a prefill chunk.")
 
@@ -89,31 +101,43 @@ class ServerArgs:
     decode_log_interval: int = _f(40, "Log a decode line every N decode steps.")
 
     # ---- kernels and graphs ----
-    attention_backend: Optional[str] = _f(None, "Attention kernels (default: triton on CUDA, torch_native on CPU).",
-                                          ATTENTION_BACKENDS)
+    attention_backend: Optional[str] = _f(
+        None, "Attention kernels (default: triton on CUDA, torch_native on CPU).", ATTENTION_BACKENDS
+    )
     disable_cuda_graph: bool = _f(False, "Run decode eagerly instead of replaying CUDA graphs.")
     cuda_graph_max_bs: Optional[int] = _f(None, "Largest decode batch captured in a CUDA graph.")
     enable_torch_compile: bool = _f(False, "torch.compile the small fused ops.")
-    skinny_matmul: str = _f("auto", "Matmuls of at most 64 rows (decode) on CUDA: our Triton kernels (a GEMV for "
-                            "one row, a tensor-core kernel for 2-64) or cuBLAS; auto = on sm_90+ the GEMV, and "
-                            "the 2-64-row kernel only for shapes listed as faster in small_m_gemm.CONFIGS "
-                            "(none: it measured slower inside the decode step).",
-                            ("auto", "triton", "cublas"))
+    skinny_matmul: str = _f(
+        "auto",
+        "Matmuls of at most 64 rows (decode) on CUDA: our Triton kernels (a GEMV for "
+        "one row, a tensor-core kernel for 2-64) or cuBLAS; auto = on sm_90+ the GEMV, and "
+        "the 2-64-row kernel only for shapes listed as faster in small_m_gemm.CONFIGS "
+        "(none: it measured slower inside the decode step).",
+        ("auto", "triton", "cublas"),
+    )
     disable_pdl: bool = _f(False, "Launch our Triton kernels without programmatic dependent launch (sm_90+).")
-    cublas_workspace_kib: int = _f(64, "cuBLAS workspace in KiB on CUDA, set before the first matmul; a small one "
-                                   "steers decode's narrow matmuls away from split-K + reduce kernels. -1: torch's "
-                                   "default. CUBLAS_WORKSPACE_CONFIG / CUBLASLT_WORKSPACE_SIZE in the environment win.")
+    cublas_workspace_kib: int = _f(
+        64,
+        "cuBLAS workspace in KiB on CUDA, set before the first matmul; a small one "
+        "steers decode's narrow matmuls away from split-K + reduce kernels. -1: torch's "
+        "default. CUBLAS_WORKSPACE_CONFIG / CUBLASLT_WORKSPACE_SIZE in the environment win.",
+    )
 
     # ---- parallelism ----
     tp_size: int = _f(1, "Tensor-parallel ranks (one scheduler process each).")
     dp_size: int = _f(1, "Data-parallel replicas behind an in-process controller.")
-    load_balance_method: str = _f("round_robin", "How the DP controller picks a replica.", ["round_robin", "total_tokens"])
+    load_balance_method: str = _f(
+        "round_robin", "How the DP controller picks a replica.", ["round_robin", "total_tokens"]
+    )
     nnodes: int = _f(1, "Nodes in the tensor-parallel world.")
     node_rank: int = _f(0, "This node's rank.")
     dist_init_addr: Optional[str] = _f(None, "host:port of the torch.distributed rendezvous (multi-node).")
     dist_timeout: int = _f(600, "Seconds before a collective times out.")
-    force_distributed: bool = _f(False, "Set up torch.distributed (NCCL on CUDA) even with --tp-size 1, so every "
-                                 "collective of the tensor-parallel path runs in a world of one (for testing).")
+    force_distributed: bool = _f(
+        False,
+        "Set up torch.distributed (NCCL on CUDA) even with --tp-size 1, so every "
+        "collective of the tensor-parallel path runs in a world of one (for testing).",
+    )
     base_gpu_id: int = _f(0, "First GPU index to use.")
 
     # ---- structured output ----
@@ -155,8 +179,10 @@ class ServerArgs:
                 errs.append(f"--{f.name.replace('_', '-')} must be one of {choices}, got {val!r}")
         need(1 <= self.port <= 65535, f"--port must be in 1..65535, got {self.port}")
         if self.mem_fraction_static is not None:
-            need(0.0 < self.mem_fraction_static < 1.0,
-                 f"--mem-fraction-static must be in (0, 1), got {self.mem_fraction_static}")
+            need(
+                0.0 < self.mem_fraction_static < 1.0,
+                f"--mem-fraction-static must be in (0, 1), got {self.mem_fraction_static}",
+            )
         if self.max_total_tokens is not None:
             need(self.max_total_tokens >= 16, f"--max-total-tokens must be >= 16, got {self.max_total_tokens}")
         if self.max_running_requests is not None:
@@ -165,12 +191,18 @@ class ServerArgs:
             need(self.max_queued_requests >= 1, "--max-queued-requests must be >= 1")
         need(self.max_prefill_tokens >= 1, "--max-prefill-tokens must be >= 1")
         if self.chunked_prefill_size is not None:
-            need(self.chunked_prefill_size == -1 or self.chunked_prefill_size >= 1,
-                 "--chunked-prefill-size must be -1 (off) or >= 1")
-        need(self.page_size >= 1 and (self.page_size & (self.page_size - 1)) == 0,
-             f"--page-size must be a power of two, got {self.page_size}")
-        need(math.isfinite(self.schedule_conservativeness) and self.schedule_conservativeness > 0,
-             "--schedule-conservativeness must be > 0")
+            need(
+                self.chunked_prefill_size == -1 or self.chunked_prefill_size >= 1,
+                "--chunked-prefill-size must be -1 (off) or >= 1",
+            )
+        need(
+            self.page_size >= 1 and (self.page_size & (self.page_size - 1)) == 0,
+            f"--page-size must be a power of two, got {self.page_size}",
+        )
+        need(
+            math.isfinite(self.schedule_conservativeness) and self.schedule_conservativeness > 0,
+            "--schedule-conservativeness must be > 0",
+        )
         need(self.stream_interval >= 1, "--stream-interval must be >= 1")
         need(self.cublas_workspace_kib >= -1, "--cublas-workspace-kib must be -1 (torch's default) or >= 0")
         need(self.batch_notify_size >= 1, "--batch-notify-size must be >= 1")
@@ -188,8 +220,10 @@ class ServerArgs:
         if self.request_waiting_timeout is not None:
             need(self.request_waiting_timeout > 0, "--request-waiting-timeout must be > 0")
         need(self.detokenizer_max_states >= 1, "--detokenizer-max-states must be >= 1")
-        need(self.priority_scheduling_preemption_threshold >= 0,
-             "--priority-scheduling-preemption-threshold must be >= 0")
+        need(
+            self.priority_scheduling_preemption_threshold >= 0,
+            "--priority-scheduling-preemption-threshold must be >= 0",
+        )
         if errs:
             raise ValueError("Invalid server arguments:\n  " + "\n  ".join(errs))
 
@@ -227,8 +261,10 @@ class ServerArgs:
             if base is bool:
                 parser.add_argument(name, action="store_true", default=f.default, help=help_)
                 continue
-            kwargs: Dict[str, Any] = {"default": f.default if f.default is not dataclasses.MISSING else None,
-                                      "help": help_}
+            kwargs: Dict[str, Any] = {
+                "default": f.default if f.default is not dataclasses.MISSING else None,
+                "help": help_,
+            }
             if "choices" in f.metadata:
                 kwargs["choices"] = f.metadata["choices"]
             if base in (int, float, str):
@@ -285,8 +321,12 @@ class PortArgs:
 
     def for_replica(self, dp_rank: int) -> "PortArgs":
         """A replica's own scheduler input and collective port; outputs still go to the shared processes."""
-        return dataclasses.replace(self, scheduler_input_ipc_name=f"ipc://{self.ipc_dir}/scheduler-dp{dp_rank}",
-                                   nccl_port=_free_port(), dp_rank=dp_rank)
+        return dataclasses.replace(
+            self,
+            scheduler_input_ipc_name=f"ipc://{self.ipc_dir}/scheduler-dp{dp_rank}",
+            nccl_port=_free_port(),
+            dp_rank=dp_rank,
+        )
 
 
 def _free_port() -> int:

@@ -112,8 +112,11 @@ def check_graph_runner(path: str, seed: int) -> None:
         e_toks, e_logits = run_greedy(eager, ps, sh, steps=4)
         g_toks, g_logits = run_greedy(graphed, ps, sh, steps=4)
         errs = [rel(a, b) for a, b in zip(g_logits, e_logits)]
-        report(f"graph runner (bs {len(ps)} -> {graphed.graph_runner.padded_size(len(ps))}) == eager",
-               max(errs) < 1e-5 and g_toks == e_toks, f"max rel {max(errs):.1e}")
+        report(
+            f"graph runner (bs {len(ps)} -> {graphed.graph_runner.padded_size(len(ps))}) == eager",
+            max(errs) < 1e-5 and g_toks == e_toks,
+            f"max rel {max(errs):.1e}",
+        )
 
 
 def check_fp8_kv(path: str, seed: int) -> None:
@@ -149,8 +152,12 @@ def check_fp8_kv(path: str, seed: int) -> None:
 def _check_fp8_models(path: str, seed: int) -> None:
     full = make_runner(path)
     runs = {}
-    for name, backend, scales in (("tri_unit", "triton", (1.0, 1.0)), ("tri_scaled", "triton", (0.5, 2.0)),
-                                  ("nat_unit", "native", (1.0, 1.0)), ("nat_scaled", "native", (0.5, 2.0))):
+    for name, backend, scales in (
+        ("tri_unit", "triton", (1.0, 1.0)),
+        ("tri_scaled", "triton", (0.5, 2.0)),
+        ("nat_unit", "native", (1.0, 1.0)),
+        ("nat_scaled", "native", (0.5, 2.0)),
+    ):
         r = make_runner(path, "fp8_e4m3")
         if backend == "triton":
             use_triton(r)
@@ -170,8 +177,11 @@ def _check_fp8_models(path: str, seed: int) -> None:
         e = err(f"{be}_scaled", f"{be}_unit")
         report(f"fp8 KV ({be}): scales 0.5/2 == unit scales", e < 1e-2, f"max rel {e:.1e}")
     e = err("tri_scaled", "full")
-    report("fp8 KV (triton): close to full-precision KV", e < 0.1,
-           f"max rel {e:.1e} (torch_native fp8: {err('nat_scaled', 'full'):.1e})")
+    report(
+        "fp8 KV (triton): close to full-precision KV",
+        e < 0.1,
+        f"max rel {e:.1e} (torch_native fp8: {err('nat_scaled', 'full'):.1e})",
+    )
     # fp32 activations on the CPU: fp8 is a quarter of their KV bytes (half of bf16's on a GPU).
     report("fp8 KV: 1 byte per element", runs["nat_unit"].cell_size() * 4 == full.cell_size())
 
@@ -188,8 +198,13 @@ def check_fused_bindings(seed: int) -> None:
     y_ref, r_ref = norm(x.clone(), r.clone())
     y, r_new = triton_rmsnorm(x.clone(), norm.weight, 1e-6, r.clone())
     report("fused add-rmsnorm binding == RMSNorm", rel(y, y_ref) < 1e-5 and rel(r_new, r_ref) < 1e-6)
-    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-               "original_max_position_embeddings": 64}
+    scaling = {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64,
+    }
     for rd, sc in ((64, None), (64, scaling), (32, None)):
         rope = RotaryEmbedding(64, 512, 500000.0, sc, rotary_dim=rd)
         pos = torch.randint(0, 512, (7,), generator=g)
@@ -197,8 +212,10 @@ def check_fused_bindings(seed: int) -> None:
         q, k = qkv[:, :256], qkv[:, 256:384]
         q_ref, k_ref = rope(pos, q.clone(), k.clone())
         q2, k2 = triton_rotary(pos, q, k, rope.cos_sin_cache, 64)  # in place on the qkv views
-        report(f"fused rotary binding == RotaryEmbedding (rotary_dim {rd}, scaling {bool(sc)})",
-               rel(q2, q_ref) < 1e-5 and rel(k2, k_ref) < 1e-5)
+        report(
+            f"fused rotary binding == RotaryEmbedding (rotary_dim {rd}, scaling {bool(sc)})",
+            rel(q2, q_ref) < 1e-5 and rel(k2, k_ref) < 1e-5,
+        )
 
 
 def main() -> int:
@@ -209,15 +226,17 @@ def main() -> int:
     args = ap.parse_args()
     seed = args.seed if args.seed is not None else int(time.time()) % 10000
     print(f"seed {seed}")
-    checks = {"backend": lambda: check_backend_vs_native(args.model_dir, seed),
-              "graph": lambda: check_graph_runner(args.model_dir, seed),
-              "fp8": lambda: check_fp8_kv(args.model_dir, seed),
-              "fused": lambda: check_fused_bindings(seed)}
+    checks = {
+        "backend": lambda: check_backend_vs_native(args.model_dir, seed),
+        "graph": lambda: check_graph_runner(args.model_dir, seed),
+        "fp8": lambda: check_fp8_kv(args.model_dir, seed),
+        "fused": lambda: check_fused_bindings(seed),
+    }
     for name in args.only.split(","):
         t0 = time.perf_counter()
         try:
             checks[name]()
-        except Exception as e:  # report and go on: one run shows every failure
+        except Exception as e:  # noqa: BLE001 - report and go on: one run shows every failure
             import traceback
 
             traceback.print_exc()

@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from model_fixtures import load_hf_model, write_tiny_model  # noqa: E402
+from model_fixtures import load_hf_model, write_tiny_model
 
 os.environ.setdefault("SGLANG_STRICT_MEM_CHECK", "1")
 

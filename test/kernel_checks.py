@@ -35,10 +35,6 @@ from sglang.srt.layers.attention.triton_ops.decode_attention import (
 )
 from sglang.srt.layers.attention.triton_ops.decode_prologue import decode_prologue
 from sglang.srt.layers.attention.triton_ops.extend_attention import extend_attention_fwd, extend_attention_ref
-from sglang.srt.layers.triton_ops.gemv import gemv, gemv_ref
-from sglang.srt.layers.triton_ops.small_m_gemm import small_m_matmul
-from sglang.srt.layers.triton_ops.rotary import apply_rotary_emb_and_store_
-from sglang.srt.layers.triton_ops.sampling import greedy_argmax, race_argmax, race_argmax_ref
 from sglang.srt.layers.triton_ops import (
     apply_rotary_emb_,
     apply_rotary_emb_ref,
@@ -52,6 +48,10 @@ from sglang.srt.layers.triton_ops import (
     store_kv,
     store_kv_ref,
 )
+from sglang.srt.layers.triton_ops.gemv import gemv, gemv_ref
+from sglang.srt.layers.triton_ops.rotary import apply_rotary_emb_and_store_
+from sglang.srt.layers.triton_ops.sampling import greedy_argmax, race_argmax, race_argmax_ref
+from sglang.srt.layers.triton_ops.small_m_gemm import small_m_matmul
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -75,9 +75,18 @@ class PagedBatch:
     slots: List[torch.Tensor]  # per request, slot of each position
 
 
-def make_paged_batch(seq_lens: Sequence[int], num_kv_heads: int, head_dim: int, v_dim: int,
-                     dtype: torch.dtype, device: str, gen: torch.Generator, extra_slots: int = 17,
-                     extra_rows: int = 3, cached_lens: Optional[Sequence[int]] = None) -> PagedBatch:
+def make_paged_batch(
+    seq_lens: Sequence[int],
+    num_kv_heads: int,
+    head_dim: int,
+    v_dim: int,
+    dtype: torch.dtype,
+    device: str,
+    gen: torch.Generator,
+    extra_slots: int = 17,
+    extra_rows: int = 3,
+    cached_lens: Optional[Sequence[int]] = None,
+) -> PagedBatch:
     """A pool where request i owns seq_lens[i] random slots. Only the first cached_lens[i] positions
     (default: all) get real K/V; every other slot, dummy slot 0 included, holds NaN."""
     total = sum(seq_lens)
@@ -92,7 +101,7 @@ def make_paged_batch(seq_lens: Sequence[int], num_kv_heads: int, head_dim: int, 
     v_buffer = torch.full((num_slots, num_kv_heads, v_dim), float("nan"), dtype=dtype)
     slots, at = [], 0
     for i, n in enumerate(seq_lens):
-        s = perm[at:at + n]
+        s = perm[at : at + n]
         at += n
         slots.append(s)
         req_to_token[rows[i], :n] = s.to(torch.int32)
@@ -100,25 +109,45 @@ def make_paged_batch(seq_lens: Sequence[int], num_kv_heads: int, head_dim: int, 
         k_buffer[s[:c]] = torch.randn((c, num_kv_heads, head_dim), generator=gen).to(dtype)
         v_buffer[s[:c]] = torch.randn((c, num_kv_heads, v_dim), generator=gen).to(dtype)
     to = lambda t: t.to(device)
-    return PagedBatch(to(k_buffer), to(v_buffer), to(req_to_token), to(rows.to(torch.int64)),
-                      to(torch.tensor(seq_lens, dtype=torch.int64)), [to(s) for s in slots])
+    return PagedBatch(
+        to(k_buffer),
+        to(v_buffer),
+        to(req_to_token),
+        to(rows.to(torch.int64)),
+        to(torch.tensor(seq_lens, dtype=torch.int64)),
+        [to(s) for s in slots],
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # Individual checks: each returns (relative error, description)
 # ---------------------------------------------------------------------------------------------
-def check_decode(seq_lens: Sequence[int], num_heads: int, num_kv_heads: int, head_dim: int, *,
-                 v_dim: Optional[int] = None, max_kv_splits: int = 4, splits: str = "auto",
-                 logit_cap: float = 0.0, grouped: Optional[bool] = None, q_view: bool = False,
-                 config: Optional[dict] = None, dtype: torch.dtype = torch.float32, device: str = "cpu",
-                 k_scale: float = 1.0, v_scale: float = 1.0, seed: int = 0) -> float:
+def check_decode(
+    seq_lens: Sequence[int],
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    *,
+    v_dim: Optional[int] = None,
+    max_kv_splits: int = 4,
+    splits: str = "auto",
+    logit_cap: float = 0.0,
+    grouped: Optional[bool] = None,
+    q_view: bool = False,
+    config: Optional[dict] = None,
+    dtype: torch.dtype = torch.float32,
+    device: str = "cpu",
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+    seed: int = 0,
+) -> float:
     gen = torch.Generator().manual_seed(seed)
     v_dim = v_dim or head_dim
     bs = len(seq_lens)
     pb = make_paged_batch(seq_lens, num_kv_heads, head_dim, v_dim, dtype, device, gen)
     if q_view:  # q as a strided slice of a wider projection, like q out of a fused qkv
         wide = torch.randn((bs, num_heads + 2, head_dim), generator=gen).to(dtype).to(device)
-        q = wide[:, 1:num_heads + 1]
+        q = wide[:, 1 : num_heads + 1]
     else:
         q = torch.randn((bs, num_heads, head_dim), generator=gen).to(dtype).to(device)
     o = torch.full((bs, num_heads, v_dim), float("nan"), dtype=dtype, device=device)
@@ -133,18 +162,56 @@ def check_decode(seq_lens: Sequence[int], num_heads: int, num_kv_heads: int, hea
     else:
         nks = torch.full((bs,), int(splits), dtype=torch.int32, device=device)
     sm_scale = 1.0 / math.sqrt(head_dim)
-    decode_attention_fwd(q, pb.k_buffer, pb.v_buffer, o, pb.req_to_token, pb.req_pool_indices, pb.seq_lens,
-                         attn_logits, attn_lse, nks, max_kv_splits, sm_scale, logit_cap, grouped=grouped,
-                         config=config, k_scale=k_scale, v_scale=v_scale)
-    ref = decode_attention_ref(q, pb.k_buffer, pb.v_buffer, pb.req_to_token, pb.req_pool_indices, pb.seq_lens,
-                               sm_scale, logit_cap, k_scale=k_scale, v_scale=v_scale)
+    decode_attention_fwd(
+        q,
+        pb.k_buffer,
+        pb.v_buffer,
+        o,
+        pb.req_to_token,
+        pb.req_pool_indices,
+        pb.seq_lens,
+        attn_logits,
+        attn_lse,
+        nks,
+        max_kv_splits,
+        sm_scale,
+        logit_cap,
+        grouped=grouped,
+        config=config,
+        k_scale=k_scale,
+        v_scale=v_scale,
+    )
+    ref = decode_attention_ref(
+        q,
+        pb.k_buffer,
+        pb.v_buffer,
+        pb.req_to_token,
+        pb.req_pool_indices,
+        pb.seq_lens,
+        sm_scale,
+        logit_cap,
+        k_scale=k_scale,
+        v_scale=v_scale,
+    )
     return rel_err(o, ref)
 
 
-def check_extend(prefix_lens: Sequence[int], extend_lens: Sequence[int], num_heads: int, num_kv_heads: int,
-                 head_dim: int, *, v_dim: Optional[int] = None, logit_cap: float = 0.0,
-                 config: Optional[dict] = None, dtype: torch.dtype = torch.float32, device: str = "cpu",
-                 k_scale: float = 1.0, v_scale: float = 1.0, seed: int = 0) -> float:
+def check_extend(
+    prefix_lens: Sequence[int],
+    extend_lens: Sequence[int],
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    *,
+    v_dim: Optional[int] = None,
+    logit_cap: float = 0.0,
+    config: Optional[dict] = None,
+    dtype: torch.dtype = torch.float32,
+    device: str = "cpu",
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+    seed: int = 0,
+) -> float:
     gen = torch.Generator().manual_seed(seed)
     v_dim = v_dim or head_dim
     seq_lens = [p + e for p, e in zip(prefix_lens, extend_lens)]
@@ -159,15 +226,43 @@ def check_extend(prefix_lens: Sequence[int], extend_lens: Sequence[int], num_hea
     start = (torch.cumsum(ext, 0) - ext).to(device)
     ext = ext.to(device)
     sm_scale = 1.0 / math.sqrt(head_dim)
-    extend_attention_fwd(q, k, v, o, pb.k_buffer, pb.v_buffer, pb.req_to_token, pb.req_pool_indices,
-                         pb.seq_lens, ext, start, max(extend_lens), sm_scale, logit_cap, config=config)
-    ref = extend_attention_ref(q, k, v, pb.k_buffer, pb.v_buffer, pb.req_to_token, pb.req_pool_indices,
-                               pb.seq_lens, ext, start, sm_scale, logit_cap)
+    extend_attention_fwd(
+        q,
+        k,
+        v,
+        o,
+        pb.k_buffer,
+        pb.v_buffer,
+        pb.req_to_token,
+        pb.req_pool_indices,
+        pb.seq_lens,
+        ext,
+        start,
+        max(extend_lens),
+        sm_scale,
+        logit_cap,
+        config=config,
+    )
+    ref = extend_attention_ref(
+        q,
+        k,
+        v,
+        pb.k_buffer,
+        pb.v_buffer,
+        pb.req_to_token,
+        pb.req_pool_indices,
+        pb.seq_lens,
+        ext,
+        start,
+        sm_scale,
+        logit_cap,
+    )
     return rel_err(o, ref)
 
 
-def check_rmsnorm(n: int, hidden: int, *, residual: bool, dtype: torch.dtype = torch.float32,
-                  device: str = "cpu", seed: int = 0) -> float:
+def check_rmsnorm(
+    n: int, hidden: int, *, residual: bool, dtype: torch.dtype = torch.float32, device: str = "cpu", seed: int = 0
+) -> float:
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn((n, hidden), generator=gen).to(dtype).to(device)
     w = (1 + 0.1 * torch.randn(hidden, generator=gen)).to(dtype).to(device)
@@ -182,8 +277,9 @@ def check_rmsnorm(n: int, hidden: int, *, residual: bool, dtype: torch.dtype = t
     return max(rel_err(out, ref), rel_err(r, r_ref))
 
 
-def check_silu_and_mul(n: int, inter: int, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
-                       seed: int = 0) -> float:
+def check_silu_and_mul(
+    n: int, inter: int, *, dtype: torch.dtype = torch.float32, device: str = "cpu", seed: int = 0
+) -> float:
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn((n, 2 * inter), generator=gen).to(dtype).to(device)
     out = torch.full((n, inter), float("nan"), dtype=dtype, device=device)
@@ -195,14 +291,24 @@ def _qkv_rows(n: int, n_q: int, n_k: int, head_size: int, dtype: torch.dtype, de
     """q, k, v as strided column slices of one fused qkv projection, and random positions < 4096."""
     qkv = torch.randn((n, (n_q + 2 * n_k) * head_size), generator=gen).to(dtype).to(device)
     q = qkv[:, : n_q * head_size]
-    k = qkv[:, n_q * head_size:(n_q + n_k) * head_size]
-    v = qkv[:, (n_q + n_k) * head_size:]
+    k = qkv[:, n_q * head_size : (n_q + n_k) * head_size]
+    v = qkv[:, (n_q + n_k) * head_size :]
     return q, k, v, torch.randint(0, 4096, (n,), generator=gen).to(device)
 
 
-def check_rotary_store(n: int, n_q: int, n_k: int, head_size: int, *, dtype: torch.dtype = torch.float32,
-                       kv_dtype: Optional[torch.dtype] = None, k_scale: float = 1.0, v_scale: float = 1.0,
-                       device: str = "cpu", seed: int = 0) -> float:
+def check_rotary_store(
+    n: int,
+    n_q: int,
+    n_k: int,
+    head_size: int,
+    *,
+    dtype: torch.dtype = torch.float32,
+    kv_dtype: Optional[torch.dtype] = None,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+    device: str = "cpu",
+    seed: int = 0,
+) -> float:
     """Fused rotary + KV store == rotary, then store_kv of the rotated k (q, k in place; pool rows at
     loc; every other pool row untouched). q / k / v are strided slices of one qkv row."""
     gen = torch.Generator().manual_seed(seed)
@@ -217,34 +323,62 @@ def check_rotary_store(n: int, n_q: int, n_k: int, head_size: int, *, dtype: tor
     kb_ref, vb_ref = kb.clone(), vb.clone()
     store_kv_ref(kb_ref, vb_ref, loc, k_ref.view(n, n_k, head_size), v.view(n, n_k, head_size), k_scale, v_scale)
     apply_rotary_emb_and_store_(pos, q, k, v, head_size, cache, kb, vb, loc, k_scale, v_scale)
-    return max(rel_err(q, q_ref), rel_err(k, k_ref), rel_err(kb.float(), kb_ref.float()),
-               rel_err(vb.float(), vb_ref.float()))
+    return max(
+        rel_err(q, q_ref), rel_err(k, k_ref), rel_err(kb.float(), kb_ref.float()), rel_err(vb.float(), vb_ref.float())
+    )
 
 
-def check_gemv(m: int, n: int, k: int, *, bias: bool = False, config: Optional[dict] = None,
-               dtype: torch.dtype = torch.float32, device: str = "cpu", seed: int = 0) -> float:
+def check_gemv(
+    m: int,
+    n: int,
+    k: int,
+    *,
+    bias: bool = False,
+    config: Optional[dict] = None,
+    dtype: torch.dtype = torch.float32,
+    device: str = "cpu",
+    seed: int = 0,
+) -> float:
     """Skinny matmul vs fp32 torch; N and K off the tile sizes exercise the clamped rows and K mask,
     and x is a strided row view (a slice of a wider activation)."""
     gen = torch.Generator().manual_seed(seed)
-    x = torch.randn((m, k + 5), generator=gen).to(dtype).to(device)[:, 2:k + 2]
+    x = torch.randn((m, k + 5), generator=gen).to(dtype).to(device)[:, 2 : k + 2]
     w = torch.randn((n, k), generator=gen).to(dtype).to(device)
     b = torch.randn((n,), generator=gen).to(dtype).to(device) if bias else None
     return rel_err(gemv(x, w, b, config=config), gemv_ref(x, w, b))
 
 
-def check_small_m(m: int, n: int, k: int, *, bias: bool = False, config: Optional[dict] = None,
-                  dtype: torch.dtype = torch.float16, device: str = "cpu", seed: int = 0) -> float:
+def check_small_m(
+    m: int,
+    n: int,
+    k: int,
+    *,
+    bias: bool = False,
+    config: Optional[dict] = None,
+    dtype: torch.dtype = torch.float16,
+    device: str = "cpu",
+    seed: int = 0,
+) -> float:
     """The tensor-core small-M matmul vs fp32 torch, same inputs as check_gemv (strided x rows,
     N and K off the tiles). fp16 on the CPU: the interpreter's bf16 tl.dot is wrong."""
     gen = torch.Generator().manual_seed(seed)
-    x = torch.randn((m, k + 5), generator=gen).to(dtype).to(device)[:, 2:k + 2]
+    x = torch.randn((m, k + 5), generator=gen).to(dtype).to(device)[:, 2 : k + 2]
     w = torch.randn((n, k), generator=gen).to(dtype).to(device)
     b = torch.randn((n,), generator=gen).to(dtype).to(device) if bias else None
     return rel_err(small_m_matmul(x, w, b, config=config), gemv_ref(x, w, b))
 
 
-def check_rotary(n: int, n_q: int, n_k: int, head_size: int, *, rotary_dim: Optional[int] = None,
-                 dtype: torch.dtype = torch.float32, device: str = "cpu", seed: int = 0) -> float:
+def check_rotary(
+    n: int,
+    n_q: int,
+    n_k: int,
+    head_size: int,
+    *,
+    rotary_dim: Optional[int] = None,
+    dtype: torch.dtype = torch.float32,
+    device: str = "cpu",
+    seed: int = 0,
+) -> float:
     gen = torch.Generator().manual_seed(seed)
     rotary_dim = rotary_dim or head_size
     cache = build_cos_sin_cache(4096, rotary_dim, device=device)
@@ -256,8 +390,16 @@ def check_rotary(n: int, n_q: int, n_k: int, head_size: int, *, rotary_dim: Opti
     return max(rel_err(q, q_ref), rel_err(k, k_ref)) if untouched else math.inf
 
 
-def check_store_kv(n: int, num_kv_heads: int, head_dim: int, *, strided: bool = True,
-                   dtype: torch.dtype = torch.float32, device: str = "cpu", seed: int = 0) -> float:
+def check_store_kv(
+    n: int,
+    num_kv_heads: int,
+    head_dim: int,
+    *,
+    strided: bool = True,
+    dtype: torch.dtype = torch.float32,
+    device: str = "cpu",
+    seed: int = 0,
+) -> float:
     gen = torch.Generator().manual_seed(seed)
     slots = n * 2 + 3
     kb = torch.randn((slots, num_kv_heads, head_dim), generator=gen).to(dtype).to(device)
@@ -275,8 +417,9 @@ def check_store_kv(n: int, num_kv_heads: int, head_dim: int, *, strided: bool = 
     return 0.0 if torch.equal(kb, kb_ref) and torch.equal(vb, vb_ref) else math.inf
 
 
-def check_decode_prologue(bs: int, *, max_len: int = 5000, num_sms: int = 132, device: str = "cpu",
-                          seed: int = 0) -> float:
+def check_decode_prologue(
+    bs: int, *, max_len: int = 5000, num_sms: int = 132, device: str = "cpu", seed: int = 0
+) -> float:
     """The decode prologue's split counts == compute_num_kv_splits, and it writes exactly
     req_to_token[row, seq_len - 1] = slot for every request and nothing else (0 or inf). Random
     lengths (some 1, so position 0), distinct rows of a NaN-free table filled with -1."""
@@ -317,8 +460,9 @@ def check_race(bs: int, vocab: int, *, kind: str = "softmax", device: str = "cpu
     return 0.0 if torch.equal(out, race_argmax_ref(probs, rows)) else math.inf
 
 
-def check_greedy(bs: int, vocab: int, *, kind: str = "random", dtype: torch.dtype = torch.float32,
-                 device: str = "cpu", seed: int = 0) -> float:
+def check_greedy(
+    bs: int, vocab: int, *, kind: str = "random", dtype: torch.dtype = torch.float32, device: str = "cpu", seed: int = 0
+) -> float:
     """The fused greedy pick equals the sampler's torch rule exactly (ids and dead flags; 0 or inf).
     kind: random; ties (few distinct values: the first maximum must win across splits); special
     (NaN, +inf and -inf sprinkled in, one all -inf row, one all NaN row, one row whose max is +inf)."""
@@ -360,18 +504,28 @@ def decode_cases(full: bool) -> List[tuple]:
         ("decode grouped-kernel ratio1", lambda s: check_decode(_LENS_B, 2, 2, 64, grouped=True, seed=s)),
         ("decode seq_len0 row", lambda s: check_decode([0, 9, 3], 4, 2, 64, seed=s)),
         ("decode Dv!=D (D80, Dv64)", lambda s: check_decode(_LENS_A, 6, 2, 80, v_dim=64, seed=s)),
-        ("decode long 8 splits D128", lambda s: check_decode([300, 129, 7], 8, 2, 128, max_kv_splits=8,
-                                                                 splits="8", seed=s)),
+        (
+            "decode long 8 splits D128",
+            lambda s: check_decode([300, 129, 7], 8, 2, 128, max_kv_splits=8, splits="8", seed=s),
+        ),
         # Random split counts mix single-split requests (stage 1 writes o, scaled) with merged ones.
-        ("decode scales, 1-split + merged rows", lambda s: check_decode(_LENS_B, 8, 2, 64, splits="random",
-                                                                        k_scale=0.7, v_scale=1.9, seed=s)),
-        ("decode per-head scales, random splits", lambda s: check_decode(_LENS_A, 3, 3, 64, splits="random",
-                                                                         k_scale=1.3, v_scale=0.6, seed=s)),
+        (
+            "decode scales, 1-split + merged rows",
+            lambda s: check_decode(_LENS_B, 8, 2, 64, splits="random", k_scale=0.7, v_scale=1.9, seed=s),
+        ),
+        (
+            "decode per-head scales, random splits",
+            lambda s: check_decode(_LENS_A, 3, 3, 64, splits="random", k_scale=1.3, v_scale=0.6, seed=s),
+        ),
         # 32+ requests: stage 2 merges a block of heads per program (12 heads: a full block of 8 and a masked one).
-        ("decode bs33 head-blocked stage 2", lambda s: check_decode(list(range(1, 34)), 12, 3, 64, splits="random",
-                                                                    v_scale=1.5, seed=s)),
-        ("decode CUDA tiles (BLOCK_N 64)", lambda s: check_decode([200, 64, 65, 1], 8, 2, 80, splits="random",
-                                                                  config=dict(BLOCK_N=64), seed=s)),
+        (
+            "decode bs33 head-blocked stage 2",
+            lambda s: check_decode(list(range(1, 34)), 12, 3, 64, splits="random", v_scale=1.5, seed=s),
+        ),
+        (
+            "decode CUDA tiles (BLOCK_N 64)",
+            lambda s: check_decode([200, 64, 65, 1], 8, 2, 80, splits="random", config=dict(BLOCK_N=64), seed=s),
+        ),
         # Half precision exercises the casts before tl.dot. fp16, not bf16: the triton 3.9
         # interpreter computes tl.dot on bf16 inputs wrongly (a plain 16x16 bf16 dot is off by 1e10).
         ("decode fp16 GQA D128", lambda s: check_decode(_LENS_B, 8, 2, 128, dtype=torch.float16, seed=s), 1e-2),
@@ -381,11 +535,15 @@ def decode_cases(full: bool) -> List[tuple]:
         cases += [
             ("decode per-head-kernel ratio4", lambda s: check_decode(_LENS_A, 8, 2, 64, grouped=False, seed=s)),
             ("decode ratio20 (2 head blocks)", lambda s: check_decode([3, 50], 20, 1, 64, splits="3", seed=s)),
-            ("decode ratio1 D80 random-splits cap", lambda s: check_decode(_LENS_B, 3, 3, 80, splits="random",
-                                                                          logit_cap=3.0, seed=s)),
+            (
+                "decode ratio1 D80 random-splits cap",
+                lambda s: check_decode(_LENS_B, 3, 3, 80, splits="random", logit_cap=3.0, seed=s),
+            ),
             ("decode long 1 split", lambda s: check_decode([300, 129], 4, 1, 64, splits="1", seed=s)),
-            ("decode bs16 auto splits", lambda s: check_decode(list(range(1, 97, 6)), 4, 2, 64, max_kv_splits=8,
-                                                               seed=s)),
+            (
+                "decode bs16 auto splits",
+                lambda s: check_decode(list(range(1, 97, 6)), 4, 2, 64, max_kv_splits=8, seed=s),
+            ),
         ]
     return cases
 
@@ -397,12 +555,21 @@ def extend_cases(full: bool) -> List[tuple]:
         ("extend ratio4 D64 cap", lambda s: check_extend([7, 0, 40], [16, 33, 2], 4, 1, 64, logit_cap=4.0, seed=s)),
         ("extend ratio4 D80 long", lambda s: check_extend([70, 0, 3], [45, 64, 1], 8, 2, 80, seed=s)),
         # CUDA tile shapes: with BLOCK_M > BLOCK_N some rows of a diagonal tile see no key at all.
-        ("extend CUDA tiles (M128 N64)", lambda s: check_extend([70, 0], [130, 129], 2, 1, 80, logit_cap=2.0,
-                                                                config=dict(BLOCK_M=128, BLOCK_N=64), seed=s)),
-        ("extend CUDA tiles (M64 N32)", lambda s: check_extend([0, 40], [100, 1], 2, 2, 64,
-                                                               config=dict(BLOCK_M=64, BLOCK_N=32), seed=s)),
-        ("extend fp16 ratio4 D128", lambda s: check_extend([30, 0], [20, 37], 4, 1, 128, dtype=torch.float16,
-                                                           seed=s), 1e-2),
+        (
+            "extend CUDA tiles (M128 N64)",
+            lambda s: check_extend(
+                [70, 0], [130, 129], 2, 1, 80, logit_cap=2.0, config=dict(BLOCK_M=128, BLOCK_N=64), seed=s
+            ),
+        ),
+        (
+            "extend CUDA tiles (M64 N32)",
+            lambda s: check_extend([0, 40], [100, 1], 2, 2, 64, config=dict(BLOCK_M=64, BLOCK_N=32), seed=s),
+        ),
+        (
+            "extend fp16 ratio4 D128",
+            lambda s: check_extend([30, 0], [20, 37], 4, 1, 128, dtype=torch.float16, seed=s),
+            1e-2,
+        ),
     ]
     if full:
         cases += [
@@ -419,8 +586,11 @@ def fused_cases(full: bool) -> List[tuple]:
         ("fused_add_rmsnorm hidden 576", lambda s: check_rmsnorm(3, 576, residual=True, seed=s)),
         # bf16 outputs differ from torch by up to 1 ulp here: the interpreter rounds fp32 -> bf16
         # toward zero where torch (and compiled triton) round to nearest even.
-        ("fused_add_rmsnorm bf16 hidden 4096", lambda s: check_rmsnorm(4, 4096, residual=True,
-                                                                       dtype=torch.bfloat16, seed=s), 1e-2),
+        (
+            "fused_add_rmsnorm bf16 hidden 4096",
+            lambda s: check_rmsnorm(4, 4096, residual=True, dtype=torch.bfloat16, seed=s),
+            1e-2,
+        ),
         ("silu_and_mul bf16", lambda s: check_silu_and_mul(3, 1000, dtype=torch.bfloat16, seed=s), 1e-2),
         ("rotary bf16", lambda s: check_rotary(3, 8, 2, 128, dtype=torch.bfloat16, seed=s), 1e-2),
         ("store_kv bf16", lambda s: check_store_kv(5, 2, 128, dtype=torch.bfloat16, seed=s)),
@@ -433,19 +603,45 @@ def fused_cases(full: bool) -> List[tuple]:
         ("rotary+store H8/2 D128", lambda s: check_rotary_store(5, 8, 2, 128, seed=s)),
         ("rotary+store H9/3 D64 scaled", lambda s: check_rotary_store(4, 9, 3, 64, k_scale=0.5, v_scale=2.0, seed=s)),
         ("rotary+store bf16 H4/1 D80", lambda s: check_rotary_store(3, 4, 1, 80, dtype=torch.bfloat16, seed=s), 1e-2),
-        ("gemv M1 N37 K300 (K tail, row tail)", lambda s: check_gemv(1, 37, 300, seed=s,
-                                                                    config=dict(BLOCK_N=8, BLOCK_K=128, num_warps=1))),
-        ("gemv M3 N16 K256 bias", lambda s: check_gemv(3, 16, 256, bias=True, seed=s,
-                                                       config=dict(BLOCK_N=4, BLOCK_K=64, num_warps=1))),
-        ("gemv M4 N9 K70 (one K tile)", lambda s: check_gemv(4, 9, 70, seed=s,
-                                                             config=dict(BLOCK_N=8, BLOCK_K=128, num_warps=1))),
+        (
+            "gemv M1 N37 K300 (K tail, row tail)",
+            lambda s: check_gemv(1, 37, 300, seed=s, config=dict(BLOCK_N=8, BLOCK_K=128, num_warps=1)),
+        ),
+        (
+            "gemv M3 N16 K256 bias",
+            lambda s: check_gemv(3, 16, 256, bias=True, seed=s, config=dict(BLOCK_N=4, BLOCK_K=64, num_warps=1)),
+        ),
+        (
+            "gemv M4 N9 K70 (one K tile)",
+            lambda s: check_gemv(4, 9, 70, seed=s, config=dict(BLOCK_N=8, BLOCK_K=128, num_warps=1)),
+        ),
         ("gemv M2 bf16 default config", lambda s: check_gemv(2, 24, 600, dtype=torch.bfloat16, seed=s), 1e-2),
-        ("small-M M2 N37 K300 (tails)", lambda s: check_small_m(2, 37, 300, seed=s, config=dict(
-            BLOCK_N=16, BLOCK_K=64, PREFETCH=0, num_warps=1, num_stages=1)), 1e-2),
-        ("small-M M17 N40 K200 prefetch bias", lambda s: check_small_m(17, 40, 200, bias=True, seed=s, config=dict(
-            BLOCK_N=16, BLOCK_K=64, PREFETCH=1, num_warps=1, num_stages=1)), 1e-2),
-        ("small-M M64 N32 K128 prefetch one tile", lambda s: check_small_m(64, 32, 128, seed=s, config=dict(
-            BLOCK_N=32, BLOCK_K=128, PREFETCH=1, num_warps=1, num_stages=1)), 1e-2),
+        (
+            "small-M M2 N37 K300 (tails)",
+            lambda s: check_small_m(
+                2, 37, 300, seed=s, config=dict(BLOCK_N=16, BLOCK_K=64, PREFETCH=0, num_warps=1, num_stages=1)
+            ),
+            1e-2,
+        ),
+        (
+            "small-M M17 N40 K200 prefetch bias",
+            lambda s: check_small_m(
+                17,
+                40,
+                200,
+                bias=True,
+                seed=s,
+                config=dict(BLOCK_N=16, BLOCK_K=64, PREFETCH=1, num_warps=1, num_stages=1),
+            ),
+            1e-2,
+        ),
+        (
+            "small-M M64 N32 K128 prefetch one tile",
+            lambda s: check_small_m(
+                64, 32, 128, seed=s, config=dict(BLOCK_N=32, BLOCK_K=128, PREFETCH=1, num_warps=1, num_stages=1)
+            ),
+            1e-2,
+        ),
         ("decode prologue bs1", lambda s: check_decode_prologue(1, seed=s)),
         ("decode prologue bs70 (1,000 SMs: 1-16 splits)", lambda s: check_decode_prologue(70, num_sms=1000, seed=s)),
         ("decode prologue bs1500 (two blocks)", lambda s: check_decode_prologue(1500, max_len=600, seed=s)),
@@ -496,7 +692,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             t0 = time.perf_counter()
             try:
                 err = fn(seed + i)
-            except Exception as e:  # report and keep going so one run shows every failure
+            except Exception as e:  # noqa: BLE001 - report and keep going so one run shows every failure
                 err, name = math.inf, f"{name} raised {type(e).__name__}: {e}"
             ok = err <= (tol[0] if tol else TOL)
             failures += not ok

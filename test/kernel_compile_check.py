@@ -36,18 +36,30 @@ def _ptxas_info(ptx: str) -> str:
 
         with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
             f.write(ptx)
-        out = subprocess.run([get_ptxas(90).path, "-v", "--gpu-name=sm_90a", f.name, "-o", os.devnull],
-                             capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [get_ptxas(90).path, "-v", "--gpu-name=sm_90a", f.name, "-o", os.devnull],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         os.unlink(f.name)
         regs = re.findall(r"Used (\d+) registers", out.stderr)
         spills = re.findall(r"(\d+) bytes spill stores", out.stderr)
         return f"regs={','.join(regs)} spill_bytes={','.join(spills)}"
-    except Exception as e:  # ptxas location differs across triton versions: informational only
+    except Exception as e:  # noqa: BLE001 - ptxas location differs across triton versions: informational only
         return f"(no ptxas info: {type(e).__name__})"
 
 
-def compile_kernel(label: str, fn, ptr_types: Dict[str, str], consts: Dict[str, object], num_warps: int,
-                   num_stages: int, float_args: Iterable[str] = (), divisible: Iterable[str] = ()) -> bool:
+def compile_kernel(
+    label: str,
+    fn,
+    ptr_types: Dict[str, str],
+    consts: Dict[str, object],
+    num_warps: int,
+    num_stages: int,
+    float_args: Iterable[str] = (),
+    divisible: Iterable[str] = (),
+) -> bool:
     """Compile `fn`; args named in ptr_types are pointers, float_args fp32, constexprs from consts,
     every other arg i32 (multiples of 16 when named stride* or in `divisible`). Kernels with a PDL
     switch are compiled with it on (the sm_90 launch path). Returns False (and prints the error) if
@@ -64,14 +76,19 @@ def compile_kernel(label: str, fn, ptr_types: Dict[str, str], consts: Dict[str, 
             sig[name] = "fp32"
         else:
             sig[name] = "i32"
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
-             if sig[n].startswith("*") or n.startswith("stride") or n in divisible}
+    attrs = {
+        (i,): [["tt.divisibility", 16]]
+        for i, n in enumerate(fn.arg_names)
+        if sig[n].startswith("*") or n.startswith("stride") or n in divisible
+    }
     t0 = time.perf_counter()
     try:
-        c = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs), target=TARGET,
-                           options=dict(num_warps=num_warps, num_stages=num_stages,
-                                        launch_pdl=bool(consts.get("PDL"))))
-    except Exception as e:
+        c = triton.compile(
+            ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
+            target=TARGET,
+            options=dict(num_warps=num_warps, num_stages=num_stages, launch_pdl=bool(consts.get("PDL"))),
+        )
+    except Exception as e:  # noqa: BLE001
         print(f"FAIL {label}: {type(e).__name__}: {str(e)[:3000]}")
         return False
     ptx = c.asm["ptx"]
@@ -79,8 +96,9 @@ def compile_kernel(label: str, fn, ptr_types: Dict[str, str], consts: Dict[str, 
     if consts.get("PDL") and "griddepcontrol.wait" not in ptx:
         print(f"FAIL {label}: compiled with PDL but the PTX has no griddepcontrol.wait")
         return False
-    print(f"ok   {label:<44} smem={c.metadata.shared:>6} {_ptxas_info(ptx)} mma={mma} "
-          f"({time.perf_counter() - t0:.1f}s)")
+    print(
+        f"ok   {label:<44} smem={c.metadata.shared:>6} {_ptxas_info(ptx)} mma={mma} ({time.perf_counter() - t0:.1f}s)"
+    )
     return True
 
 
@@ -94,7 +112,7 @@ def main(argv: Optional[list] = None) -> int:
         return 2
     ok = True
     for dt in ("bf16", "fp16"):
-        p = lambda *names: {n: f"*{dt}" for n in names}  # noqa: E731
+        p = lambda *names, dt=dt: {n: f"*{dt}" for n in names}
         attn = {"ReqToToken": "*i32", "ReqPoolIdx": "*i64", "SeqLens": "*i64"}
         dec_ptrs = {**p("Q", "K", "V", "O"), **attn, "NumSplits": "*i32", "Mid": "*fp32", "MidLse": "*fp32"}
         ext_ptrs = {**p("Q", "KExt", "VExt", "O", "KBuf", "VBuf"), **attn, "ExtLens": "*i64", "ExtStart": "*i64"}
@@ -104,100 +122,290 @@ def main(argv: Optional[list] = None) -> int:
             for cap in (False, True):
                 tag = f"{dt} D{d}{' cap' if cap else ''}"
                 cfg = da._stage1_config(bd, True, True)
-                ok &= compile_kernel(f"decode grouped {tag}", da._decode_stage1_grouped, dec_ptrs,
-                                     dict(GROUP=4, BLOCKS_PER_KV=1, MAX_SPLITS=16, D=d, DV=dv, BLOCK_H=da._GROUP_BLOCK_H,
-                                          BLOCK_N=cfg["BLOCK_N"], BLOCK_D=bd, BLOCK_DV=bdv, HAS_CAP=cap,
-                                          SLOT_INT64=cap,  # cover both slot widths without doubling the list
-                                          DOT_PREC="tf32"),
-                                     cfg["num_warps"], cfg["num_stages"], ("sm_scale", "logit_cap"))
+                ok &= compile_kernel(
+                    f"decode grouped {tag}",
+                    da._decode_stage1_grouped,
+                    dec_ptrs,
+                    dict(
+                        GROUP=4,
+                        BLOCKS_PER_KV=1,
+                        MAX_SPLITS=16,
+                        D=d,
+                        DV=dv,
+                        BLOCK_H=da._GROUP_BLOCK_H,
+                        BLOCK_N=cfg["BLOCK_N"],
+                        BLOCK_D=bd,
+                        BLOCK_DV=bdv,
+                        HAS_CAP=cap,
+                        SLOT_INT64=cap,  # cover both slot widths without doubling the list
+                        DOT_PREC="tf32",
+                    ),
+                    cfg["num_warps"],
+                    cfg["num_stages"],
+                    ("sm_scale", "logit_cap"),
+                )
                 cfg = da._stage1_config(bd, False, True)
-                ok &= compile_kernel(f"decode per-head {tag}", da._decode_stage1_per_head, dec_ptrs,
-                                     dict(GROUP=1, MAX_SPLITS=16, D=d, DV=dv, BLOCK_N=cfg["BLOCK_N"], BLOCK_D=bd,
-                                          BLOCK_DV=bdv, HAS_CAP=cap, SLOT_INT64=cap),
-                                     cfg["num_warps"], cfg["num_stages"], ("sm_scale", "logit_cap"))
+                ok &= compile_kernel(
+                    f"decode per-head {tag}",
+                    da._decode_stage1_per_head,
+                    dec_ptrs,
+                    dict(
+                        GROUP=1,
+                        MAX_SPLITS=16,
+                        D=d,
+                        DV=dv,
+                        BLOCK_N=cfg["BLOCK_N"],
+                        BLOCK_D=bd,
+                        BLOCK_DV=bdv,
+                        HAS_CAP=cap,
+                        SLOT_INT64=cap,
+                    ),
+                    cfg["num_warps"],
+                    cfg["num_stages"],
+                    ("sm_scale", "logit_cap"),
+                )
                 cfg = ea._extend_config(bd, bdv, True)
-                ok &= compile_kernel(f"extend {tag}", ea._extend_attention_kernel, ext_ptrs,
-                                     dict(GROUP=4, D=d, DV=dv, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
-                                          BLOCK_D=bd, BLOCK_DV=bdv, HAS_CAP=cap, SLOT_INT64=cap, SCALED_PREFIX=cap,
-                                          DOT_PREC="tf32"),
-                                     cfg["num_warps"], cfg["num_stages"], EXT_FLOATS)
-            ok &= compile_kernel(f"decode stage2 {dt} Dv{dv}", da._decode_stage2, dec_ptrs,
-                                 dict(MAX_SPLITS=16, DV=dv, BLOCK_DV=bdv), 4, 1, ("v_scale",))
-            ok &= compile_kernel(f"decode stage2 blocked {dt} Dv{dv}", da._decode_stage2_blocked, dec_ptrs,
-                                 dict(H=32, MAX_SPLITS=16, DV=dv, BLOCK_HS=da._STAGE2_BLOCK_HS, BLOCK_DV=bdv), 4, 1,
-                                 ("v_scale",))
-        ok &= compile_kernel(f"fused_add_rmsnorm {dt} 4096", rms_norm._rmsnorm_kernel, p("X", "Residual", "W", "Y"),
-                             dict(HAS_RESIDUAL=True, BLOCK=4096), 8, 1, ("eps",))
-        ok &= compile_kernel(f"rmsnorm {dt} 576", rms_norm._rmsnorm_kernel, p("X", "Residual", "W", "Y"),
-                             dict(HAS_RESIDUAL=False, BLOCK=1024), 2, 1, ("eps",))
+                ok &= compile_kernel(
+                    f"extend {tag}",
+                    ea._extend_attention_kernel,
+                    ext_ptrs,
+                    dict(
+                        GROUP=4,
+                        D=d,
+                        DV=dv,
+                        BLOCK_M=cfg["BLOCK_M"],
+                        BLOCK_N=cfg["BLOCK_N"],
+                        BLOCK_D=bd,
+                        BLOCK_DV=bdv,
+                        HAS_CAP=cap,
+                        SLOT_INT64=cap,
+                        SCALED_PREFIX=cap,
+                        DOT_PREC="tf32",
+                    ),
+                    cfg["num_warps"],
+                    cfg["num_stages"],
+                    EXT_FLOATS,
+                )
+            ok &= compile_kernel(
+                f"decode stage2 {dt} Dv{dv}",
+                da._decode_stage2,
+                dec_ptrs,
+                dict(MAX_SPLITS=16, DV=dv, BLOCK_DV=bdv),
+                4,
+                1,
+                ("v_scale",),
+            )
+            ok &= compile_kernel(
+                f"decode stage2 blocked {dt} Dv{dv}",
+                da._decode_stage2_blocked,
+                dec_ptrs,
+                dict(H=32, MAX_SPLITS=16, DV=dv, BLOCK_HS=da._STAGE2_BLOCK_HS, BLOCK_DV=bdv),
+                4,
+                1,
+                ("v_scale",),
+            )
+        ok &= compile_kernel(
+            f"fused_add_rmsnorm {dt} 4096",
+            rms_norm._rmsnorm_kernel,
+            p("X", "Residual", "W", "Y"),
+            dict(HAS_RESIDUAL=True, BLOCK=4096),
+            8,
+            1,
+            ("eps",),
+        )
+        ok &= compile_kernel(
+            f"rmsnorm {dt} 576",
+            rms_norm._rmsnorm_kernel,
+            p("X", "Residual", "W", "Y"),
+            dict(HAS_RESIDUAL=False, BLOCK=1024),
+            2,
+            1,
+            ("eps",),
+        )
         ok &= compile_kernel(f"silu_and_mul {dt}", activation._silu_and_mul_kernel, p("X", "Y"), dict(BLOCK=1024), 4, 1)
-        ok &= compile_kernel(f"rotary {dt} 32/8 D128", rotary._rotary_kernel, {**p("Q", "K"), "Pos": "*i64",
-                             "Cache": "*fp32"}, dict(HEAD_SIZE=128, HALF=64, BLOCK_HQ=32, BLOCK_HK=8, BLOCK_HALF=64), 8, 1)
-        ok &= compile_kernel(f"rotary+store {dt} 32/8 D128", rotary._rotary_store_kernel,
-                             {**p("Q", "K", "V", "KBuf", "VBuf"), "Pos": "*i64", "Cache": "*fp32", "Loc": "*i64"},
-                             dict(HEAD_SIZE=128, HALF=64, DV=128, BLOCK_HQ=32, BLOCK_HK=8, BLOCK_HALF=64, BLOCK_DV=128,
-                                  SCALED=False), 8, 1, STORE_FLOATS)
-        ok &= compile_kernel(f"store_kv {dt} 8x128", kv_store._store_kv_kernel, {**p("KBuf", "VBuf", "K", "V"),
-                             "Loc": "*i64"}, dict(H=8, D=128, DV=128, BLOCK_H=8, BLOCK_D=128, BLOCK_DV=128,
-                                                  SCALED=False), 4, 1, STORE_FLOATS)
+        ok &= compile_kernel(
+            f"rotary {dt} 32/8 D128",
+            rotary._rotary_kernel,
+            {**p("Q", "K"), "Pos": "*i64", "Cache": "*fp32"},
+            dict(HEAD_SIZE=128, HALF=64, BLOCK_HQ=32, BLOCK_HK=8, BLOCK_HALF=64),
+            8,
+            1,
+        )
+        ok &= compile_kernel(
+            f"rotary+store {dt} 32/8 D128",
+            rotary._rotary_store_kernel,
+            {**p("Q", "K", "V", "KBuf", "VBuf"), "Pos": "*i64", "Cache": "*fp32", "Loc": "*i64"},
+            dict(HEAD_SIZE=128, HALF=64, DV=128, BLOCK_HQ=32, BLOCK_HK=8, BLOCK_HALF=64, BLOCK_DV=128, SCALED=False),
+            8,
+            1,
+            STORE_FLOATS,
+        )
+        ok &= compile_kernel(
+            f"store_kv {dt} 8x128",
+            kv_store._store_kv_kernel,
+            {**p("KBuf", "VBuf", "K", "V"), "Loc": "*i64"},
+            dict(H=8, D=128, DV=128, BLOCK_H=8, BLOCK_D=128, BLOCK_DV=128, SCALED=False),
+            4,
+            1,
+            STORE_FLOATS,
+        )
         for m in (1, 4):
             for n_, k_ in ((4096, 4096), (4096, 14336)):
                 cfg = gemv.config_for(n_, k_)
-                ok &= compile_kernel(f"gemv {dt} M{m} {n_}x{k_}", gemv._gemv_kernel, p("x_ptr", "w_ptr", "b_ptr", "y_ptr"),
-                                     dict(M=m, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], HAS_BIAS=m == 4),
-                                     cfg["num_warps"], cfg.get("num_stages", 3))
+                ok &= compile_kernel(
+                    f"gemv {dt} M{m} {n_}x{k_}",
+                    gemv._gemv_kernel,
+                    p("x_ptr", "w_ptr", "b_ptr", "y_ptr"),
+                    dict(M=m, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], HAS_BIAS=m == 4),
+                    cfg["num_warps"],
+                    cfg.get("num_stages", 3),
+                )
         for bm, prefetch in ((16, 0), (64, 0), (64, 1)):
             cfg = dict(small_m_gemm.DEFAULT_CONFIG, PREFETCH=prefetch)
-            ok &= compile_kernel(f"small-M {dt} BM{bm} prefetch={prefetch}", small_m_gemm._small_m_kernel,
-                                 p("x_ptr", "w_ptr", "b_ptr", "y_ptr"),
-                                 dict(BLOCK_M=bm, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], PREFETCH=prefetch,
-                                      HAS_BIAS=prefetch == 1), cfg["num_warps"], cfg["num_stages"],
-                                 divisible=("N", "K"))  # model widths: the JIT specialises them too
+            ok &= compile_kernel(
+                f"small-M {dt} BM{bm} prefetch={prefetch}",
+                small_m_gemm._small_m_kernel,
+                p("x_ptr", "w_ptr", "b_ptr", "y_ptr"),
+                dict(
+                    BLOCK_M=bm,
+                    BLOCK_N=cfg["BLOCK_N"],
+                    BLOCK_K=cfg["BLOCK_K"],
+                    PREFETCH=prefetch,
+                    HAS_BIAS=prefetch == 1,
+                ),
+                cfg["num_warps"],
+                cfg["num_stages"],
+                divisible=("N", "K"),
+            )  # model widths: the JIT specialises them too
         # fp8 KV pool (--kv-cache-dtype fp8_e4m3): fp8 tiles widened in registers, quantising store.
         f8 = {"K": "*fp8e4nv", "V": "*fp8e4nv"}
         cfg = da._stage1_config(128, True, True)
-        ok &= compile_kernel(f"decode grouped {dt} fp8 KV", da._decode_stage1_grouped, {**dec_ptrs, **f8},
-                             dict(GROUP=4, BLOCKS_PER_KV=1, MAX_SPLITS=16, D=128, DV=128, BLOCK_H=da._GROUP_BLOCK_H,
-                                  BLOCK_N=cfg["BLOCK_N"], BLOCK_D=128, BLOCK_DV=128, HAS_CAP=False,
-                                  SLOT_INT64=False, DOT_PREC="tf32"),
-                             cfg["num_warps"], cfg["num_stages"], ("sm_scale", "logit_cap"))
+        ok &= compile_kernel(
+            f"decode grouped {dt} fp8 KV",
+            da._decode_stage1_grouped,
+            {**dec_ptrs, **f8},
+            dict(
+                GROUP=4,
+                BLOCKS_PER_KV=1,
+                MAX_SPLITS=16,
+                D=128,
+                DV=128,
+                BLOCK_H=da._GROUP_BLOCK_H,
+                BLOCK_N=cfg["BLOCK_N"],
+                BLOCK_D=128,
+                BLOCK_DV=128,
+                HAS_CAP=False,
+                SLOT_INT64=False,
+                DOT_PREC="tf32",
+            ),
+            cfg["num_warps"],
+            cfg["num_stages"],
+            ("sm_scale", "logit_cap"),
+        )
         cfg = ea._extend_config(128, 128, True)
-        ok &= compile_kernel(f"extend {dt} fp8 KV", ea._extend_attention_kernel,
-                             {**ext_ptrs, "KBuf": "*fp8e4nv", "VBuf": "*fp8e4nv"},
-                             dict(GROUP=4, D=128, DV=128, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
-                                  BLOCK_D=128, BLOCK_DV=128, HAS_CAP=False, SLOT_INT64=False, SCALED_PREFIX=True,
-                                  DOT_PREC="tf32"),
-                             cfg["num_warps"], cfg["num_stages"], EXT_FLOATS)
-        ok &= compile_kernel(f"store_kv {dt} -> fp8", kv_store._store_kv_kernel,
-                             {**p("K", "V"), "KBuf": "*fp8e4nv", "VBuf": "*fp8e4nv", "Loc": "*i64"},
-                             dict(H=8, D=128, DV=128, BLOCK_H=8, BLOCK_D=128, BLOCK_DV=128, SCALED=True), 4, 1,
-                             STORE_FLOATS)
+        ok &= compile_kernel(
+            f"extend {dt} fp8 KV",
+            ea._extend_attention_kernel,
+            {**ext_ptrs, "KBuf": "*fp8e4nv", "VBuf": "*fp8e4nv"},
+            dict(
+                GROUP=4,
+                D=128,
+                DV=128,
+                BLOCK_M=cfg["BLOCK_M"],
+                BLOCK_N=cfg["BLOCK_N"],
+                BLOCK_D=128,
+                BLOCK_DV=128,
+                HAS_CAP=False,
+                SLOT_INT64=False,
+                SCALED_PREFIX=True,
+                DOT_PREC="tf32",
+            ),
+            cfg["num_warps"],
+            cfg["num_stages"],
+            EXT_FLOATS,
+        )
+        ok &= compile_kernel(
+            f"store_kv {dt} -> fp8",
+            kv_store._store_kv_kernel,
+            {**p("K", "V"), "KBuf": "*fp8e4nv", "VBuf": "*fp8e4nv", "Loc": "*i64"},
+            dict(H=8, D=128, DV=128, BLOCK_H=8, BLOCK_D=128, BLOCK_DV=128, SCALED=True),
+            4,
+            1,
+            STORE_FLOATS,
+        )
     # fp32 models: IEEE dots (tf32 would flip greedy near-ties against the CPU path).
-    p32 = lambda *names: {n: "*fp32" for n in names}  # noqa: E731
+    p32 = lambda *names: {n: "*fp32" for n in names}
     attn = {"ReqToToken": "*i32", "ReqPoolIdx": "*i64", "SeqLens": "*i64"}
     cfg = da._stage1_config(64, True, True)
-    ok &= compile_kernel("decode grouped fp32 ieee D64", da._decode_stage1_grouped,
-                         {**p32("Q", "K", "V", "O", "Mid", "MidLse"), **attn, "NumSplits": "*i32"},
-                         dict(GROUP=4, BLOCKS_PER_KV=1, MAX_SPLITS=16, D=64, DV=64, BLOCK_H=da._GROUP_BLOCK_H,
-                              BLOCK_N=cfg["BLOCK_N"], BLOCK_D=64, BLOCK_DV=64, HAS_CAP=False, SLOT_INT64=False,
-                              DOT_PREC="ieee"), cfg["num_warps"], cfg["num_stages"], ("sm_scale", "logit_cap"))
+    ok &= compile_kernel(
+        "decode grouped fp32 ieee D64",
+        da._decode_stage1_grouped,
+        {**p32("Q", "K", "V", "O", "Mid", "MidLse"), **attn, "NumSplits": "*i32"},
+        dict(
+            GROUP=4,
+            BLOCKS_PER_KV=1,
+            MAX_SPLITS=16,
+            D=64,
+            DV=64,
+            BLOCK_H=da._GROUP_BLOCK_H,
+            BLOCK_N=cfg["BLOCK_N"],
+            BLOCK_D=64,
+            BLOCK_DV=64,
+            HAS_CAP=False,
+            SLOT_INT64=False,
+            DOT_PREC="ieee",
+        ),
+        cfg["num_warps"],
+        cfg["num_stages"],
+        ("sm_scale", "logit_cap"),
+    )
     cfg = ea._extend_config(64, 64, True)
-    ok &= compile_kernel("extend fp32 ieee D64", ea._extend_attention_kernel,
-                         {**p32("Q", "KExt", "VExt", "O", "KBuf", "VBuf"), **attn, "ExtLens": "*i64",
-                          "ExtStart": "*i64"},
-                         dict(GROUP=4, D=64, DV=64, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_D=64,
-                              BLOCK_DV=64, HAS_CAP=False, SLOT_INT64=False, SCALED_PREFIX=False, DOT_PREC="ieee"),
-                         cfg["num_warps"], cfg["num_stages"], EXT_FLOATS)
-    ok &= compile_kernel("sampler race fp32", sampling._race_kernel,
-                         {"Probs": "*fp32", "RowHash": "*i64", "BestVal": "*fp32", "BestIdx": "*i32"},
-                         dict(NUM_SPLITS=8, BLOCK=1024), 4, 1)
+    ok &= compile_kernel(
+        "extend fp32 ieee D64",
+        ea._extend_attention_kernel,
+        {**p32("Q", "KExt", "VExt", "O", "KBuf", "VBuf"), **attn, "ExtLens": "*i64", "ExtStart": "*i64"},
+        dict(
+            GROUP=4,
+            D=64,
+            DV=64,
+            BLOCK_M=cfg["BLOCK_M"],
+            BLOCK_N=cfg["BLOCK_N"],
+            BLOCK_D=64,
+            BLOCK_DV=64,
+            HAS_CAP=False,
+            SLOT_INT64=False,
+            SCALED_PREFIX=False,
+            DOT_PREC="ieee",
+        ),
+        cfg["num_warps"],
+        cfg["num_stages"],
+        EXT_FLOATS,
+    )
+    ok &= compile_kernel(
+        "sampler race fp32",
+        sampling._race_kernel,
+        {"Probs": "*fp32", "RowHash": "*i64", "BestVal": "*fp32", "BestIdx": "*i32"},
+        dict(NUM_SPLITS=8, BLOCK=1024),
+        4,
+        1,
+    )
     for dt in ("fp32", "bf16"):
-        ok &= compile_kernel(f"greedy partial {dt}", sampling._greedy_partial_kernel,
-                             {"Logits": f"*{dt}", "BestVal": "*fp32", "BestIdx": "*i32"},
-                             dict(NUM_SPLITS=264, BLOCK=1024), 4, 3)
-    ok &= compile_kernel("greedy final", sampling._greedy_final_kernel,
-                         {"BestVal": "*fp32", "BestIdx": "*i32", "Ids": "*i64", "Dead": "*i1"},
-                         dict(NUM_SPLITS=264, BLOCK_S=512), 1, 1)
+        ok &= compile_kernel(
+            f"greedy partial {dt}",
+            sampling._greedy_partial_kernel,
+            {"Logits": f"*{dt}", "BestVal": "*fp32", "BestIdx": "*i32"},
+            dict(NUM_SPLITS=264, BLOCK=1024),
+            4,
+            3,
+        )
+    ok &= compile_kernel(
+        "greedy final",
+        sampling._greedy_final_kernel,
+        {"BestVal": "*fp32", "BestIdx": "*i32", "Ids": "*i64", "Dead": "*i1"},
+        dict(NUM_SPLITS=264, BLOCK_S=512),
+        1,
+        1,
+    )
     print("all compiled" if ok else "COMPILE FAILURES")
     return 0 if ok else 1
 

@@ -14,23 +14,46 @@ import torch
 from sglang.srt.utils.embedded_model import embedded_model_path
 from sglang.srt.utils.hf_tokenizer import get_tokenizer
 
-_COMMON = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-               num_key_value_heads=2, vocab_size=49152, max_position_embeddings=2048, rms_norm_eps=1e-6,
-               bos_token_id=1, eos_token_id=2, pad_token_id=2)
+_COMMON = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=49152,
+    max_position_embeddings=2048,
+    rms_norm_eps=1e-6,
+    bos_token_id=1,
+    eos_token_id=2,
+    pad_token_id=2,
+)
 
 
 def _configs() -> Dict[str, object]:
     from transformers import LlamaConfig, Qwen2Config, Qwen3Config
 
     return {
-        "llama": LlamaConfig(**_COMMON, tie_word_embeddings=False,
-                             rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
-                                              "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                                              "original_max_position_embeddings": 64}),
-        "qwen2": Qwen2Config(**_COMMON, tie_word_embeddings=True,
-                             rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
-        "qwen3": Qwen3Config(**_COMMON, head_dim=32, tie_word_embeddings=False,
-                             rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+        "llama": LlamaConfig(
+            **_COMMON,
+            tie_word_embeddings=False,
+            rope_parameters={
+                "rope_type": "llama3",
+                "rope_theta": 500000.0,
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 64,
+            },
+        ),
+        "qwen2": Qwen2Config(
+            **_COMMON, tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}
+        ),
+        "qwen3": Qwen3Config(
+            **_COMMON,
+            head_dim=32,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        ),
     }
 
 
@@ -60,6 +83,7 @@ def load_hf_model(path: str):
     from transformers import AutoModelForCausalLM
 
     if path.endswith(".gguf"):
-        return AutoModelForCausalLM.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path),
-                                                    dtype=torch.float32).eval()
+        return AutoModelForCausalLM.from_pretrained(
+            os.path.dirname(path), gguf_file=os.path.basename(path), dtype=torch.float32
+        ).eval()
     return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()

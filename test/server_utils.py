@@ -21,8 +21,9 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, args: Optional[List[str]] = None, env: Optional[Dict[str, str]] = None,
-                 startup_timeout: float = 240.0):
+    def __init__(
+        self, args: Optional[List[str]] = None, env: Optional[Dict[str, str]] = None, startup_timeout: float = 240.0
+    ):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.args = list(args or [])
@@ -31,8 +32,9 @@ class ServerProcess:
         full_env.setdefault("SGLANG_STRICT_MEM_CHECK", "1")
         full_env.update(env or {})
         cmd = [sys.executable, "-m", "sglang.srt.entrypoints.cli", "serve", "--port", str(self.port), *self.args]
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=full_env,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd, stdout=self.log, stderr=subprocess.STDOUT, env=full_env, start_new_session=True
+        )
         self._wait_healthy(startup_timeout)
 
     def _wait_healthy(self, timeout: float) -> None:

@@ -16,10 +16,31 @@ def test_bench_one_batch_cpu(tmp_path, capsys) -> None:
     import bench_one_batch
 
     out = tmp_path / "one_batch.jsonl"
-    summary = bench_one_batch.main([
-        "--model-config", "tiny-llama", "--batch-size", "1", "3", "--input-len", "24", "--output-len", "3",
-        "--long-prefill", "40", "--hf", "--hf-batch-size", "1", "--hf-output-len", "3", "--bench-sampler",
-        "--max-total-tokens", "4096", "--result-file", str(out)])
+    summary = bench_one_batch.main(
+        [
+            "--model-config",
+            "tiny-llama",
+            "--batch-size",
+            "1",
+            "3",
+            "--input-len",
+            "24",
+            "--output-len",
+            "3",
+            "--long-prefill",
+            "40",
+            "--hf",
+            "--hf-batch-size",
+            "1",
+            "--hf-output-len",
+            "3",
+            "--bench-sampler",
+            "--max-total-tokens",
+            "4096",
+            "--result-file",
+            str(out),
+        ]
+    )
     text = capsys.readouterr().out
     assert "max_total_num_tokens 4096" in text and "decode floor" in text
     rows = {(r["system"], r["batch_size"], r["input_len"]): r for r in summary["rows"]}
@@ -37,8 +58,22 @@ def test_bench_offline_throughput_cpu(tmp_path, capsys) -> None:
     import gpu_summary
 
     out = tmp_path / "offline.jsonl"
-    args = ["--model-config", "tiny-qwen3", "--num-prompts", "6", "--input-len-range", "5", "30",
-            "--output-len-range", "3", "12", "--max-total-tokens", "4096", "--result-file", str(out)]
+    args = [
+        "--model-config",
+        "tiny-qwen3",
+        "--num-prompts",
+        "6",
+        "--input-len-range",
+        "5",
+        "30",
+        "--output-len-range",
+        "3",
+        "12",
+        "--max-total-tokens",
+        "4096",
+        "--result-file",
+        str(out),
+    ]
     on = bench_offline_throughput.main(args)
     off = bench_offline_throughput.main(args + ["--disable-overlap-schedule"])
     for res in (on, off):

@@ -26,8 +26,9 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def run_bench(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, BENCH, "--disable-tqdm", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, BENCH, "--disable-tqdm", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc
 
@@ -35,7 +36,7 @@ def run_bench(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
 def table_value(stdout: str, label: str) -> str:
     for line in stdout.splitlines():
         if line.startswith(label):
-            return line[len(label):].strip()
+            return line[len(label) :].strip()
     raise AssertionError(f"{label!r} not in:\n{stdout}")
 
 
@@ -55,18 +56,40 @@ def tokenizer():
 # ---------------------------------------------------------------------------- against the server
 def test_random_native_run_writes_table_jsonl_and_plot(server_url, tmp_path):
     out = tmp_path / "runs.jsonl"
-    proc = run_bench("--base-url", server_url, "--dataset-name", "random", "--num-prompts", "6",
-                     "--random-input-len", "48", "--random-output-len", "8", "--max-concurrency", "3",
-                     "--output-file", str(out), "--tag", "smoke", "--output-details")
+    proc = run_bench(
+        "--base-url",
+        server_url,
+        "--dataset-name",
+        "random",
+        "--num-prompts",
+        "6",
+        "--random-input-len",
+        "48",
+        "--random-output-len",
+        "8",
+        "--max-concurrency",
+        "3",
+        "--output-file",
+        str(out),
+        "--tag",
+        "smoke",
+        "--output-details",
+    )
     s = proc.stdout
     assert table_value(s, "Backend:") == "sglang"
     assert table_value(s, "Successful requests:") == "6"
     assert table_value(s, "Failed requests:") == "0"
     assert table_value(s, "Total generated tokens:") == "48"
     retok = int(table_value(s, "Total generated tokens (retokenized):"))
-    for label in ("Request throughput (req/s):", "Input token throughput (tok/s):", "Mean TTFT (ms):",
-                  "Median TPOT (ms):", "P99 ITL (ms):", "Median E2E Latency (ms):",
-                  "Server cache hit rate (since start):"):
+    for label in (
+        "Request throughput (req/s):",
+        "Input token throughput (tok/s):",
+        "Mean TTFT (ms):",
+        "Median TPOT (ms):",
+        "P99 ITL (ms):",
+        "Median E2E Latency (ms):",
+        "Server cache hit rate (since start):",
+    ):
         float(table_value(s, label))
 
     rec = last_record(out)
@@ -86,10 +109,29 @@ def test_random_native_run_writes_table_jsonl_and_plot(server_url, tmp_path):
 
 def test_shared_prefix_run_reports_cache_hits(server_url, tmp_path):
     out = tmp_path / "gsp.jsonl"
-    proc = run_bench("--base-url", server_url, "--dataset-name", "generated-shared-prefix",
-                     "--gsp-num-groups", "2", "--gsp-prompts-per-group", "3", "--gsp-system-prompt-len", "64",
-                     "--gsp-question-len", "8", "--gsp-output-len", "2", "--gsp-ordered", "--max-concurrency", "1",
-                     "--flush-cache", "--output-file", str(out), "--no-plot")
+    proc = run_bench(
+        "--base-url",
+        server_url,
+        "--dataset-name",
+        "generated-shared-prefix",
+        "--gsp-num-groups",
+        "2",
+        "--gsp-prompts-per-group",
+        "3",
+        "--gsp-system-prompt-len",
+        "64",
+        "--gsp-question-len",
+        "8",
+        "--gsp-output-len",
+        "2",
+        "--gsp-ordered",
+        "--max-concurrency",
+        "1",
+        "--flush-cache",
+        "--output-file",
+        str(out),
+        "--no-plot",
+    )
     rec = last_record(out)
     assert rec["completed"] == 6 and rec["gsp"]["system_prompt_len"] == 64
     # One cold prefill per group, then each later prompt of the group reuses its 64-token prefix.
@@ -100,9 +142,23 @@ def test_shared_prefix_run_reports_cache_hits(server_url, tmp_path):
 def test_rejected_requests_are_failures_with_their_message(server_url, tmp_path):
     out = tmp_path / "bad.jsonl"
     ctx = requests.get(server_url + "/server_info", timeout=30).json()["context_len"]
-    proc = run_bench("--base-url", server_url, "--dataset-name", "random-ids", "--num-prompts", "2",
-                     "--random-input-len", str(ctx + 10), "--random-output-len", "4", "--warmup-requests", "0",
-                     "--output-file", str(out), "--no-plot")
+    proc = run_bench(
+        "--base-url",
+        server_url,
+        "--dataset-name",
+        "random-ids",
+        "--num-prompts",
+        "2",
+        "--random-input-len",
+        str(ctx + 10),
+        "--random-output-len",
+        "4",
+        "--warmup-requests",
+        "0",
+        "--output-file",
+        str(out),
+        "--no-plot",
+    )
     rec = last_record(out)
     assert rec["completed"] == 0 and rec["failed"] == 2
     [(msg, n)] = rec["failures"].items()
@@ -115,8 +171,23 @@ def test_openai_backends_when_present(server_url, tmp_path, backend):
     if requests.get(server_url + "/v1/models", timeout=30).status_code != 200:
         pytest.skip("the server has no OpenAI routes yet")
     out = tmp_path / "oai.jsonl"
-    run_bench("--base-url", server_url, "--backend", backend, "--dataset-name", "random", "--num-prompts", "3",
-              "--random-input-len", "32", "--random-output-len", "6", "--output-file", str(out), "--no-plot")
+    run_bench(
+        "--base-url",
+        server_url,
+        "--backend",
+        backend,
+        "--dataset-name",
+        "random",
+        "--num-prompts",
+        "3",
+        "--random-input-len",
+        "32",
+        "--random-output-len",
+        "6",
+        "--output-file",
+        str(out),
+        "--no-plot",
+    )
     rec = last_record(out)
     assert rec["completed"] == 3 and rec["failed"] == 0
     assert rec["total_output_tokens_retokenized"] > 0
@@ -127,10 +198,23 @@ def test_compare_draws_a_chart(tmp_path):
     paths = []
     for tag, dur in (("radix-off", 20.0), ("radix-on", 8.0)):
         p = tmp_path / f"{tag}.jsonl"
-        p.write_text(json.dumps({"tag": tag, "duration": dur, "request_throughput": 64 / dur,
-                                 "output_throughput": 100.0, "mean_ttft_ms": dur * 100, "median_ttft_ms": dur * 90,
-                                 "mean_itl_ms": 30.0, "mean_e2e_latency_ms": dur * 200,
-                                 "run_cache_hit_rate": 0.0 if tag == "radix-off" else 0.8, "failed": 0}) + "\n")
+        p.write_text(
+            json.dumps(
+                {
+                    "tag": tag,
+                    "duration": dur,
+                    "request_throughput": 64 / dur,
+                    "output_throughput": 100.0,
+                    "mean_ttft_ms": dur * 100,
+                    "median_ttft_ms": dur * 90,
+                    "mean_itl_ms": 30.0,
+                    "mean_e2e_latency_ms": dur * 200,
+                    "run_cache_hit_rate": 0.0 if tag == "radix-off" else 0.8,
+                    "failed": 0,
+                }
+            )
+            + "\n"
+        )
         paths.append(str(p))
     png = tmp_path / "cmp.png"
     proc = run_bench("--compare", *paths, "--plot-file", str(png))
@@ -147,8 +231,8 @@ def test_datasets_lengths_and_shared_prefixes(tokenizer):
     assert len(gsp) == 12 and {r.group for r in gsp} == {0, 1, 2}
     for g in range(3):
         members = [r for r in gsp if r.group == g]
-        assert len({tuple(r.prompt_ids[:32]) for r in members}) == 1       # one system prompt per group
-        assert len({tuple(r.prompt_ids[32:]) for r in members}) == 4       # distinct questions
+        assert len({tuple(r.prompt_ids[:32]) for r in members}) == 1  # one system prompt per group
+        assert len({tuple(r.prompt_ids[32:]) for r in members}) == 4  # distinct questions
         assert all(len(r.prompt_ids) == 37 and r.system and r.user for r in members)
     heads = {tuple(r.prompt_ids[:32]) for r in gsp}
     assert len(heads) == 3
@@ -161,11 +245,31 @@ def test_summary_counts_empty_outputs_and_peak_concurrency():
         def encode(self, text, add_special_tokens=False):
             return text.split()
 
-    rs = [RequestResult(success=True, output_len=3, prompt_len=10, generated_text="a b c", ttft=0.1, latency=0.5,
-                        itl=[0.2, 0.0], start=0.0, cached_tokens=4),
-          RequestResult(success=True, output_len=3, prompt_len=10, generated_text="", ttft=0.2, latency=0.4,
-                        itl=[0.1, 0.1], start=0.3, cached_tokens=0),
-          RequestResult(success=False, status=503, error="HTTP 503: The request queue is full.", start=0.9)]
+    rs = [
+        RequestResult(
+            success=True,
+            output_len=3,
+            prompt_len=10,
+            generated_text="a b c",
+            ttft=0.1,
+            latency=0.5,
+            itl=[0.2, 0.0],
+            start=0.0,
+            cached_tokens=4,
+        ),
+        RequestResult(
+            success=True,
+            output_len=3,
+            prompt_len=10,
+            generated_text="",
+            ttft=0.2,
+            latency=0.4,
+            itl=[0.1, 0.1],
+            start=0.3,
+            cached_tokens=0,
+        ),
+        RequestResult(success=False, status=503, error="HTTP 503: The request queue is full.", start=0.9),
+    ]
     s = summarize(rs, 1.0, Tok(), {"cache_hit_rate": 0.5})
     assert s["completed"] == 2 and s["failed"] == 1
     assert s["failures"] == {"HTTP 503: The request queue is full.": 1}

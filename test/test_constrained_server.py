@@ -9,27 +9,49 @@ import re
 
 import jsonschema
 import pytest
-
 from server_utils import generate
 
 SCHEMAS = {
-    "person": {"type": "object", "properties": {
-        "name": {"type": "string", "maxLength": 12},
-        "age": {"type": "integer", "minimum": 0, "maximum": 120},
-        "role": {"type": "string", "enum": ["admin", "user", "guest"]}},
-        "required": ["name", "age", "role"], "additionalProperties": False},
-    "order": {"type": "object", "properties": {
-        "id": {"type": "integer", "minimum": 1, "maximum": 9999},
-        "items": {"type": "array", "items": {"type": "string", "enum": ["apple", "pear", "fig"]},
-                  "minItems": 1, "maxItems": 3},
-        "paid": {"type": "boolean"}},
-        "required": ["id", "items", "paid"], "additionalProperties": False},
-    "point": {"type": "object", "properties": {
-        "x": {"type": "integer", "minimum": -99, "maximum": 99},
-        "y": {"type": "integer", "minimum": -99, "maximum": 99},
-        "label": {"type": "object", "properties": {"color": {"type": "string", "enum": ["red", "blue"]}},
-                  "required": ["color"], "additionalProperties": False}},
-        "required": ["x", "y", "label"], "additionalProperties": False},
+    "person": {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "maxLength": 12},
+            "age": {"type": "integer", "minimum": 0, "maximum": 120},
+            "role": {"type": "string", "enum": ["admin", "user", "guest"]},
+        },
+        "required": ["name", "age", "role"],
+        "additionalProperties": False,
+    },
+    "order": {
+        "type": "object",
+        "properties": {
+            "id": {"type": "integer", "minimum": 1, "maximum": 9999},
+            "items": {
+                "type": "array",
+                "items": {"type": "string", "enum": ["apple", "pear", "fig"]},
+                "minItems": 1,
+                "maxItems": 3,
+            },
+            "paid": {"type": "boolean"},
+        },
+        "required": ["id", "items", "paid"],
+        "additionalProperties": False,
+    },
+    "point": {
+        "type": "object",
+        "properties": {
+            "x": {"type": "integer", "minimum": -99, "maximum": 99},
+            "y": {"type": "integer", "minimum": -99, "maximum": 99},
+            "label": {
+                "type": "object",
+                "properties": {"color": {"type": "string", "enum": ["red", "blue"]}},
+                "required": ["color"],
+                "additionalProperties": False,
+            },
+        },
+        "required": ["x", "y", "label"],
+        "additionalProperties": False,
+    },
 }
 REGEXES = {
     "ip": r"((25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(25[0-5]|2[0-4]\d|1?\d?\d)",
@@ -69,13 +91,14 @@ def test_greedy_constrained_equals_unconstrained_where_allowed(server_url):
     free = generate(server_url, text=prompt, sampling_params={"max_new_tokens": 16, "temperature": 0}).json()
     assert free["text"].startswith(" Paris.\n\nThe answer is: 20")
     pattern = r" Paris\.\n\nThe answer is: [0-9]{4}-[0-9]{2}"
-    con = generate(server_url, text=prompt, sampling_params={"max_new_tokens": 32, "temperature": 0,
-                                                             "regex": pattern}).json()
+    con = generate(
+        server_url, text=prompt, sampling_params={"max_new_tokens": 32, "temperature": 0, "regex": pattern}
+    ).json()
     assert re.fullmatch(pattern, con["text"])
     assert free["text"].startswith(con["text"])
     ids = con["output_ids"]
     assert con["meta_info"]["finish_reason"] == {"type": "stop", "matched": ids[-1]}  # EOS once the regex ends
-    assert ids[:-1] == free["output_ids"][:len(ids) - 1]
+    assert ids[:-1] == free["output_ids"][: len(ids) - 1]
 
 
 def test_mixed_batch_of_constrained_and_free_requests(server_url):
@@ -87,8 +110,11 @@ def test_mixed_batch_of_constrained_and_free_requests(server_url):
     def job(i):
         if i % 2:
             return generate(server_url, text=free_prompts[i // 2], sampling_params=sp).json()
-        return generate(server_url, text="A user as JSON:\n",
-                        sampling_params={"max_new_tokens": 80, "temperature": 0.7, "json_schema": schema}).json()
+        return generate(
+            server_url,
+            text="A user as JSON:\n",
+            sampling_params={"max_new_tokens": 80, "temperature": 0.7, "json_schema": schema},
+        ).json()
 
     with concurrent.futures.ThreadPoolExecutor(12) as ex:
         outs = list(ex.map(job, range(12)))

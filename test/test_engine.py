@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from server_utils import generate
+
 from sglang.srt.entrypoints.engine import Engine
 
 PROMPTS = ["The capital of France is", "Water boils at", "def add(a, b):"]

@@ -10,12 +10,18 @@ import requests
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from server_utils import generate, stream_chunks
+
 from sglang.srt.utils.hf_tokenizer import get_tokenizer
 
-PROMPTS = ["The capital of France is", "def fibonacci(n):", "List three colors:", "1, 2, 3, 4,",
-           "Water boils at", "Once upon a time"]
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "List three colors:",
+    "1, 2, 3, 4,",
+    "Water boils at",
+    "Once upon a time",
+]
 N_NEW = 12
 
 
@@ -32,7 +38,7 @@ def hf_greedy(smollm_path, hf_models, tok):
         ids = torch.tensor([tok.encode(p)])
         with torch.no_grad():
             g = hf.generate(ids, max_new_tokens=N_NEW, do_sample=False)
-        out[p] = g[0, ids.shape[1]:].tolist()
+        out[p] = g[0, ids.shape[1] :].tolist()
     return out
 
 
@@ -86,8 +92,13 @@ def test_input_ids_and_prefill_only_fill_the_cache(server_url, tok):
 
 def test_utf8_multibyte_stream_never_breaks_characters(server_url):
     target = "你好，世界！🎉 café ÷ ∑"
-    chunks = stream_chunks(server_url, {"text": "Say it:", "sampling_params": {
-        "max_new_tokens": 40, "temperature": 0, "regex": __import__("re").escape(target)}})
+    chunks = stream_chunks(
+        server_url,
+        {
+            "text": "Say it:",
+            "sampling_params": {"max_new_tokens": 40, "temperature": 0, "regex": __import__("re").escape(target)},
+        },
+    )
     final = chunks[-1]["text"]
     assert final == target
     for c in chunks:
@@ -105,18 +116,23 @@ def test_stop_strings_tokens_and_ignore_eos(server_url, hf_greedy, tok):
     stopped_text = o["text"]
     assert o["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop}
     assert stop not in stopped_text and full.startswith(stopped_text)
-    r = generate(server_url, text=p, sampling_params={"max_new_tokens": N_NEW, "temperature": 0, "stop": stop,
-                                                     "no_stop_trim": True})
+    r = generate(
+        server_url,
+        text=p,
+        sampling_params={"max_new_tokens": N_NEW, "temperature": 0, "stop": stop, "no_stop_trim": True},
+    )
     assert r.json()["text"].endswith(stop)
     second = hf_greedy[p][1]
-    r = generate(server_url, text=p, sampling_params={"max_new_tokens": N_NEW, "temperature": 0,
-                                                     "stop_token_ids": [second]})
+    r = generate(
+        server_url, text=p, sampling_params={"max_new_tokens": N_NEW, "temperature": 0, "stop_token_ids": [second]}
+    )
     o = r.json()
     assert o["meta_info"]["finish_reason"] == {"type": "stop", "matched": second}
     assert o["output_ids"] == hf_greedy[p][:2]
     # streamed: the stop string never leaks into any chunk
-    chunks = stream_chunks(server_url, {"text": p, "sampling_params": {"max_new_tokens": N_NEW, "temperature": 0,
-                                                                        "stop": stop}})
+    chunks = stream_chunks(
+        server_url, {"text": p, "sampling_params": {"max_new_tokens": N_NEW, "temperature": 0, "stop": stop}}
+    )
     assert all(stop not in c["text"] for c in chunks)
     assert chunks[-1]["text"] == stopped_text
 
@@ -125,8 +141,15 @@ def test_logprobs_match_hf(server_url, smollm_path, hf_models, tok):
     p = "The quick brown fox jumps over the lazy dog because"
     ids = tok.encode(p)
     start = 3
-    r = generate(server_url, text=p, sampling_params={"max_new_tokens": 4, "temperature": 0},
-                 return_logprob=True, logprob_start_len=start, top_logprobs_num=3, return_text_in_logprobs=True)
+    r = generate(
+        server_url,
+        text=p,
+        sampling_params={"max_new_tokens": 4, "temperature": 0},
+        return_logprob=True,
+        logprob_start_len=start,
+        top_logprobs_num=3,
+        return_text_in_logprobs=True,
+    )
     m = r.json()["meta_info"]
     inp = m["input_token_logprobs"]
     assert len(inp) == len(ids) - start and inp[0][0] is None
@@ -147,33 +170,38 @@ def test_logprobs_match_hf(server_url, smollm_path, hf_models, tok):
 
 
 def test_stream_interval_per_request(server_url):
-    body = {"text": "Count: one two three", "sampling_params": {"max_new_tokens": 16, "temperature": 0,
-                                                                 "ignore_eos": True, "stream_interval": 4}}
+    body = {
+        "text": "Count: one two three",
+        "sampling_params": {"max_new_tokens": 16, "temperature": 0, "ignore_eos": True, "stream_interval": 4},
+    }
     chunks = stream_chunks(server_url, body)
     assert chunks[-1]["meta_info"]["completion_tokens"] == 16
     assert len(chunks) <= 5
 
 
-@pytest.mark.parametrize("body,fragment", [
-    ({"text": ""}, "empty"),
-    ({"text": "hi", "sampling_params": {"temperature": -1}}, "temperature"),
-    ({"text": "hi", "sampling_params": {"top_p": 0}}, "top_p"),
-    ({"text": "hi", "sampling_params": {"max_new_tokens": 10 ** 7}}, "context length"),
-    ({"text": "hi", "sampling_params": {"max_new_tokens": "ten"}}, "max_new_tokens"),
-    ({"text": "hi", "sampling_params": {"bogus": 1}}, "bogus"),
-    ({"text": "hi", "sampling_params": {"regex": "("}}, "regex"),
-    ({"text": "hi", "sampling_params": {"json_schema": "{\"type\": \"nonsense\"}"}}, "json"),
-    ({"input_ids": [1, 2, 10 ** 9]}, "token ids"),
-    ({"input_ids": []}, "empty"),
-    ({"text": "hi", "unknown_field": 1}, "unknown_field"),
-    ({"text": "hi" * 20000}, "context length"),
-    ({"text": 5}, "text"),
-    ({"text": "hi", "return_logprob": True, "logprob_start_len": 50}, "logprob_start_len"),
-    # once crashed the scheduler (topk over more than the vocabulary)
-    ({"text": "hi", "return_logprob": True, "top_logprobs_num": 10 ** 6}, "top_logprobs_num"),
-    ({"text": "hi", "sampling_params": {"n": 10 ** 6}}, "n must be"),  # once fanned out a million requests
-    ({"text": "hi", "sampling_params": {"top_k": None, "stop_token_ids": None, "n": 0}}, "n must be"),
-])
+@pytest.mark.parametrize(
+    "body,fragment",
+    [
+        ({"text": ""}, "empty"),
+        ({"text": "hi", "sampling_params": {"temperature": -1}}, "temperature"),
+        ({"text": "hi", "sampling_params": {"top_p": 0}}, "top_p"),
+        ({"text": "hi", "sampling_params": {"max_new_tokens": 10**7}}, "context length"),
+        ({"text": "hi", "sampling_params": {"max_new_tokens": "ten"}}, "max_new_tokens"),
+        ({"text": "hi", "sampling_params": {"bogus": 1}}, "bogus"),
+        ({"text": "hi", "sampling_params": {"regex": "("}}, "regex"),
+        ({"text": "hi", "sampling_params": {"json_schema": '{"type": "nonsense"}'}}, "json"),
+        ({"input_ids": [1, 2, 10**9]}, "token ids"),
+        ({"input_ids": []}, "empty"),
+        ({"text": "hi", "unknown_field": 1}, "unknown_field"),
+        ({"text": "hi" * 20000}, "context length"),
+        ({"text": 5}, "text"),
+        ({"text": "hi", "return_logprob": True, "logprob_start_len": 50}, "logprob_start_len"),
+        # once crashed the scheduler (topk over more than the vocabulary)
+        ({"text": "hi", "return_logprob": True, "top_logprobs_num": 10**6}, "top_logprobs_num"),
+        ({"text": "hi", "sampling_params": {"n": 10**6}}, "n must be"),  # once fanned out a million requests
+        ({"text": "hi", "sampling_params": {"top_k": None, "stop_token_ids": None, "n": 0}}, "n must be"),
+    ],
+)
 def test_bad_requests_get_400_and_server_keeps_serving(server_url, body, fragment):
     for stream in (False, True):
         r = requests.post(server_url + "/generate", json=dict(body, stream=stream), timeout=60)
@@ -186,11 +214,15 @@ def test_bad_requests_get_400_and_server_keeps_serving(server_url, body, fragmen
 def test_malformed_json_and_duplicate_rid(server_url):
     r = requests.post(server_url + "/generate", data=b"{not json", timeout=30)
     assert r.status_code == 400 and "json" in r.json()["error"]["message"].lower()
-    body = {"text": "Tell me a long story", "rid": "dup-1",
-            "sampling_params": {"max_new_tokens": 64, "ignore_eos": True}}
+    body = {
+        "text": "Tell me a long story",
+        "rid": "dup-1",
+        "sampling_params": {"max_new_tokens": 64, "ignore_eos": True},
+    }
     with concurrent.futures.ThreadPoolExecutor(2) as ex:
         f1 = ex.submit(generate, server_url, **body)
         import time
+
         time.sleep(0.5)
         f2 = ex.submit(generate, server_url, **body)
         codes = sorted([f1.result().status_code, f2.result().status_code])
@@ -218,9 +250,11 @@ def test_control_routes(server_url, tok):
 def test_abort_request_by_rid_and_all(server_url):
     body = {"sampling_params": {"max_new_tokens": 400, "ignore_eos": True, "temperature": 0}}
     with concurrent.futures.ThreadPoolExecutor(4) as ex:
-        futs = [ex.submit(generate, server_url, text=f"Write an essay number {i}", rid=f"ab-{i}", **body)
-                for i in range(4)]
+        futs = [
+            ex.submit(generate, server_url, text=f"Write an essay number {i}", rid=f"ab-{i}", **body) for i in range(4)
+        ]
         import time
+
         time.sleep(2.0)
         requests.post(server_url + "/abort_request", json={"rid": "ab-0"})
         time.sleep(0.5)
@@ -240,8 +274,11 @@ def test_bad_abort_bodies_are_400(server_url, body):
 
 
 def test_client_disconnect_mid_stream_frees_the_request(server_url, default_server):
-    body = {"text": "Write a very long poem", "stream": True,
-            "sampling_params": {"max_new_tokens": 500, "ignore_eos": True}}
+    body = {
+        "text": "Write a very long poem",
+        "stream": True,
+        "sampling_params": {"max_new_tokens": 500, "ignore_eos": True},
+    }
     with requests.post(server_url + "/generate", json=body, stream=True, timeout=60) as r:
         lines = r.iter_lines()
         got = 0
@@ -258,18 +295,73 @@ def test_client_disconnect_mid_stream_frees_the_request(server_url, default_serv
 
 # ---------------------------------------------------------------------------- fuzzing
 # null is drawn often on purpose: clients send it for "unset", and it reaches every comparison.
-_ODD_VALUES = st.none() | st.sampled_from([0, 1, -1, 2, 50, 10 ** 6, -10 ** 6, 0.5, -0.5, 1e30, "x", "", True, False,
-                                           [], [1], [-1], ["a"], {}, {"1": 2}, [[1]], 49151, 49152, 1e-9])
-_SAMPLING_KEYS = ["max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "min_p", "frequency_penalty",
-                  "presence_penalty", "repetition_penalty", "stop", "stop_token_ids", "ignore_eos", "regex",
-                  "json_schema", "ebnf", "n", "logit_bias", "sampling_seed", "stream_interval"]
-_TOP_KEYS = ["input_ids", "sampling_params", "stream", "rid", "return_logprob", "logprob_start_len",
-             "top_logprobs_num", "return_text_in_logprobs", "priority"]
+_ODD_VALUES = st.none() | st.sampled_from(
+    [
+        0,
+        1,
+        -1,
+        2,
+        50,
+        10**6,
+        -(10**6),
+        0.5,
+        -0.5,
+        1e30,
+        "x",
+        "",
+        True,
+        False,
+        [],
+        [1],
+        [-1],
+        ["a"],
+        {},
+        {"1": 2},
+        [[1]],
+        49151,
+        49152,
+        1e-9,
+    ]
+)
+_SAMPLING_KEYS = [
+    "max_new_tokens",
+    "min_new_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "frequency_penalty",
+    "presence_penalty",
+    "repetition_penalty",
+    "stop",
+    "stop_token_ids",
+    "ignore_eos",
+    "regex",
+    "json_schema",
+    "ebnf",
+    "n",
+    "logit_bias",
+    "sampling_seed",
+    "stream_interval",
+]
+_TOP_KEYS = [
+    "input_ids",
+    "sampling_params",
+    "stream",
+    "rid",
+    "return_logprob",
+    "logprob_start_len",
+    "top_logprobs_num",
+    "return_text_in_logprobs",
+    "priority",
+]
 
 
 @settings(max_examples=120, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-@given(top=st.dictionaries(st.sampled_from(_TOP_KEYS), _ODD_VALUES, max_size=3),
-       sp=st.dictionaries(st.sampled_from(_SAMPLING_KEYS), _ODD_VALUES, max_size=4))
+@given(
+    top=st.dictionaries(st.sampled_from(_TOP_KEYS), _ODD_VALUES, max_size=3),
+    sp=st.dictionaries(st.sampled_from(_SAMPLING_KEYS), _ODD_VALUES, max_size=4),
+)
 def test_fuzzed_generate_bodies_get_200_or_a_400_with_a_message(server_url, top, sp):
     """Odd values in any field: a result or a 400 that says why, never a 5xx or a dead server. (Found
     `top_k: null` -> 500 and `n: 10**6` -> a million requests.) The idle KV check runs after the test."""
@@ -290,11 +382,17 @@ def test_fuzzed_generate_bodies_get_200_or_a_400_with_a_message(server_url, top,
 
 def test_every_field_with_each_extreme_value_gets_200_or_400(server_url):
     """One field at a time, each extreme value (the fuzz above draws combinations and may miss a pair)."""
-    for value in (None, -1, 0, 10 ** 6, 1e30, "x", [], {}):
-        bodies = [{"text": "Count to three", "sampling_params": {"max_new_tokens": 2}, key: value} for key in _TOP_KEYS
-                  if key != "sampling_params"]
-        bodies += [{"text": "Count to three", "sampling_params": {"max_new_tokens": 2, key: value}}
-                   for key in _SAMPLING_KEYS if not (key == "max_new_tokens" and value is None)]
+    for value in (None, -1, 0, 10**6, 1e30, "x", [], {}):
+        bodies = [
+            {"text": "Count to three", "sampling_params": {"max_new_tokens": 2}, key: value}
+            for key in _TOP_KEYS
+            if key != "sampling_params"
+        ]
+        bodies += [
+            {"text": "Count to three", "sampling_params": {"max_new_tokens": 2, key: value}}
+            for key in _SAMPLING_KEYS
+            if not (key == "max_new_tokens" and value is None)
+        ]
         for body in bodies:
             r = requests.post(server_url + "/generate", data=json.dumps(body), timeout=120)
             assert r.status_code in (200, 400), (r.status_code, r.text[:300], body)

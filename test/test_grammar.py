@@ -59,9 +59,11 @@ NESTED = {
         "id": {"type": "integer"},
         "address": {
             "type": "object",
-            "properties": {"street": {"type": "string"}, "zip": {"type": "string", "pattern": "^[0-9]{5}$"},
-                           "geo": {"type": "object", "properties": {"lat": {"type": "number"}},
-                                   "required": ["lat"]}},
+            "properties": {
+                "street": {"type": "string"},
+                "zip": {"type": "string", "pattern": "^[0-9]{5}$"},
+                "geo": {"type": "object", "properties": {"lat": {"type": "number"}}, "required": ["lat"]},
+            },
             "required": ["street", "zip", "geo"],
         },
         "active": {"type": "boolean"},
@@ -70,8 +72,11 @@ NESTED = {
 }
 ARRAY_OF_OBJECTS = {
     "type": "array",
-    "items": {"type": "object", "properties": {"x": {"type": "number"}, "ok": {"type": "boolean"}},
-              "required": ["x", "ok"]},
+    "items": {
+        "type": "object",
+        "properties": {"x": {"type": "number"}, "ok": {"type": "boolean"}},
+        "required": ["x", "ok"],
+    },
     "minItems": 1,
     "maxItems": 3,
 }
@@ -104,6 +109,7 @@ def bounded_ws_backend(tok) -> XGrammarBackend:
 class Bias:
     """What the "model" prefers after BIAS_AFTER steps: tokens made only of closing characters
     and the stop tokens go up; optionally pure-whitespace tokens go down."""
+
     ids: torch.Tensor
     values: torch.Tensor
 
@@ -133,11 +139,18 @@ def _req(rid: str, **grammar) -> Req:
 
 
 # ---------------------------------------------------------------------------- sampling loop
-def sample_batch(template: BaseGrammarObject, n: int, bias: Bias, seed: int, max_tokens: int = MAX_TOKENS,
-                 bias_after: int = BIAS_AFTER) -> Tuple[List[List[int]], List[bool], List[float]]:
+def sample_batch(
+    template: BaseGrammarObject,
+    n: int,
+    bias: Bias,
+    seed: int,
+    max_tokens: int = MAX_TOKENS,
+    bias_after: int = BIAS_AFTER,
+) -> Tuple[List[List[int]], List[bool]]:
     """n constrained generations in one shrinking batch, like the scheduler: random logits
     (randn * 3) -> mask -> apply -> softmax -> categorical draw -> accept. Returns token ids (stop
-    token excluded), terminated flags, and the per-step mask cost (allocate + fill + apply) in ms.
+    token excluded) and terminated flags. (The per-step mask cost is measured by
+    benchmark/bench_grammar_mask.py, not here.)
 
     The draw inverts the CDF of the softmax with one uniform per row: the same distribution as
     torch.multinomial(probs, 1), which costs ~3 ms per 49k-wide row on CPU and would dominate.
@@ -146,24 +159,21 @@ def sample_batch(template: BaseGrammarObject, n: int, bias: Bias, seed: int, max
     grammars = [template.copy() for _ in range(n)]
     outputs: List[List[int]] = [[] for _ in range(n)]
     done = [False] * n
-    mask_ms: List[float] = []
     logits_buf, probs_buf, cdf_buf = (torch.empty(n, VOCAB) for _ in range(3))
     for step in range(max_tokens):
         live = [i for i in range(n) if not done[i]]
         if not live:
             break
-        logits = logits_buf[:len(live)].normal_(0.0, 3.0, generator=gen)
+        logits = logits_buf[: len(live)].normal_(0.0, 3.0, generator=gen)
         if step >= bias_after:
             logits[:, bias.ids] += bias.values
-        t0 = time.perf_counter()
         mask = template.allocate_vocab_mask(VOCAB, len(live), "cpu")
         for row, i in enumerate(live):
             grammars[i].fill_vocab_mask(mask, row)
         mask = type(template).move_vocab_mask(mask, "cpu")
         type(template).apply_vocab_mask(logits, mask)
-        mask_ms.append((time.perf_counter() - t0) * 1e3)
-        probs = torch.softmax(logits, dim=-1, out=probs_buf[:len(live)])
-        cdf = torch.cumsum(probs, dim=-1, out=cdf_buf[:len(live)])
+        probs = torch.softmax(logits, dim=-1, out=probs_buf[: len(live)])
+        cdf = torch.cumsum(probs, dim=-1, out=cdf_buf[: len(live)])
         u = torch.rand(len(live), 1, generator=gen) * cdf[:, -1:]
         tokens = torch.searchsorted(cdf, u, right=True).clamp_(max=VOCAB - 1).squeeze(1).tolist()
         for row, i in enumerate(live):
@@ -173,7 +183,7 @@ def sample_batch(template: BaseGrammarObject, n: int, bias: Bias, seed: int, max
                 done[i] = True
             else:
                 outputs[i].append(tokens[row])
-    return outputs, done, mask_ms
+    return outputs, done
 
 
 def _check_outputs(tok, outputs, done, check) -> None:
@@ -191,7 +201,7 @@ def _validates(schema):
 @pytest.mark.parametrize("schema", [PERSON, NESTED, ARRAY_OF_OBJECTS], ids=["person", "nested", "array"])
 def test_random_sampling_json_schema_validates(tok, bounded_ws_backend, close_bias, schema):
     template = bounded_ws_backend.compile("json", json.dumps(schema))
-    outputs, done, _ = sample_batch(template, NUM_SAMPLES, close_bias, seed=1234)
+    outputs, done = sample_batch(template, NUM_SAMPLES, close_bias, seed=1234)
     _check_outputs(tok, outputs, done, _validates(schema))
 
 
@@ -199,37 +209,41 @@ def test_random_sampling_default_whitespace(tok, backend):
     """xgrammar's unbounded whitespace: the "model" must dislike whitespace from the first step,
     or the tokenizer's hundreds of whitespace tokens win most draws."""
     bias = _make_bias(tok, backend, penalize_whitespace=True)
-    outputs, done, _ = sample_batch(backend.compile("json", json.dumps(PERSON)), 32, bias, seed=77,
-                                    bias_after=0)
+    outputs, done = sample_batch(backend.compile("json", json.dumps(PERSON)), 32, bias, seed=77, bias_after=0)
     _check_outputs(tok, outputs, done, _validates(PERSON))
 
 
 @pytest.mark.parametrize("pattern", [IP_RE, DATE_RE, PHONE_RE], ids=["ip", "date", "phone"])
 def test_random_sampling_regex_fullmatches(tok, backend, close_bias, pattern):
     template = backend.compile("regex", pattern)
-    outputs, done, _ = sample_batch(template, NUM_SAMPLES, close_bias, seed=99)
+    outputs, done = sample_batch(template, NUM_SAMPLES, close_bias, seed=99)
     assert all(done), "bounded regexes must always terminate"
 
     def check(text: str) -> None:
         assert re.fullmatch(pattern, text), text
+
     _check_outputs(tok, outputs, done, check)
 
 
 def test_random_sampling_any_json_object(tok, bounded_ws_backend, close_bias):
     template = bounded_ws_backend.compile("json", ANY_JSON_OBJECT)
-    outputs, done, _ = sample_batch(template, 32, close_bias, seed=7)
+    outputs, done = sample_batch(template, 32, close_bias, seed=7)
 
     def check(text: str) -> None:
         assert isinstance(json.loads(text), dict), text
+
     _check_outputs(tok, outputs, done, check)
 
 
 def test_whitespace_pattern_compact(tok, close_bias):
     """With pattern "" the JSON has no whitespace at all: it equals its compact re-serialization."""
     compact = XGrammarBackend(tok, VOCAB, whitespace_pattern="", compile_threads=2)
-    schema = {"type": "object", "properties": {"n": {"type": "integer"}, "b": {"type": "boolean"},
-                                               "e": {"enum": ["a b", "c"]}}, "required": ["n", "b", "e"]}
-    outputs, done, _ = sample_batch(compact.compile("json", json.dumps(schema)), 32, close_bias, seed=3)
+    schema = {
+        "type": "object",
+        "properties": {"n": {"type": "integer"}, "b": {"type": "boolean"}, "e": {"enum": ["a b", "c"]}},
+        "required": ["n", "b", "e"],
+    }
+    outputs, done = sample_batch(compact.compile("json", json.dumps(schema)), 32, close_bias, seed=3)
     assert all(done)
     for ids in outputs:
         text = tok.decode(ids)
@@ -254,6 +268,7 @@ def test_whitespace_pattern_bounded(tok):
         g = spaced.compile("json", schema)
         ids = tok.encode(text, add_special_tokens=False) + [spaced.stop_token_ids[0]]
         return all(g.accept_token(t) for t in ids) and g.is_terminated()
+
     assert accepts('{"a": 1}') and accepts('{"a":1}') and accepts('{ "a" : 1 }')
     assert not accepts('{"a":  1}') and not accepts('{\n"a": 1}')
     with pytest.raises(ValueError):
@@ -266,10 +281,13 @@ def _allowed(mask: torch.Tensor, row: int, width: int) -> torch.Tensor:
     return bits.flatten()[:width].bool()
 
 
-@pytest.mark.parametrize("key_type,key,text", [
-    ("json", json.dumps(PERSON), '{"name": "Ada", "age": 36, "role": "admin", "tags": ["x", "y z"]}'),
-    ("regex", DATE_RE, "2024-02-29"),
-])
+@pytest.mark.parametrize(
+    "key_type,key,text",
+    [
+        ("json", json.dumps(PERSON), '{"name": "Ada", "age": 36, "role": "admin", "tags": ["x", "y z"]}'),
+        ("regex", DATE_RE, "2024-02-29"),
+    ],
+)
 def test_greedy_constrained_equals_unconstrained_when_argmax_allowed(tok, backend, key_type, key, text):
     """If the unconstrained argmax is always allowed, masking must not change the greedy choice,
     nor any allowed logit."""
@@ -305,7 +323,7 @@ def test_padded_vocab_is_masked_and_free_rows_untouched(tok):
     g.fill_vocab_mask(mask, 1)  # rows 0 and 2 are unconstrained requests
     type(g).apply_vocab_mask(logits, mask)
     assert torch.equal(logits[0], before[0]) and torch.equal(logits[2], before[2])
-    assert torch.isneginf(logits[1, len(tok):]).all()
+    assert torch.isneginf(logits[1, len(tok) :]).all()
     assert torch.isfinite(logits[1]).sum() >= 1
     with pytest.raises(ValueError):
         g.allocate_vocab_mask(VOCAB, 1, "cpu")  # not the width the backend was built for
@@ -334,10 +352,17 @@ def test_accept_reject_terminate_and_copy(tok, backend):
 
 
 def test_structural_tag_and_any_json(tok, backend):
-    legacy = {"type": "structural_tag", "triggers": ["<tool="],
-              "structures": [{"begin": "<tool=get_weather>", "end": "</tool>",
-                              "schema": {"type": "object", "properties": {"city": {"type": "string"}},
-                                         "required": ["city"]}}]}
+    legacy = {
+        "type": "structural_tag",
+        "triggers": ["<tool="],
+        "structures": [
+            {
+                "begin": "<tool=get_weather>",
+                "end": "</tool>",
+                "schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+            }
+        ],
+    }
     g = backend.compile("structural_tag", json.dumps(legacy))
     text = 'Let me check. <tool=get_weather>{"city": "Paris"}</tool>'
     assert all(g.accept_token(t) for t in tok.encode(text, add_special_tokens=False))
@@ -345,17 +370,20 @@ def test_structural_tag_and_any_json(tok, backend):
     bad = '<tool=get_weather>{"town": "Paris"}'
     assert not all(g_bad.accept_token(t) for t in tok.encode(bad, add_special_tokens=False))
     any_json = backend.compile("json", ANY_JSON)
-    assert all(any_json.accept_token(t) for t in tok.encode("[1, {\"a\": null}]", add_special_tokens=False))
+    assert all(any_json.accept_token(t) for t in tok.encode('[1, {"a": null}]', add_special_tokens=False))
 
 
-@pytest.mark.parametrize("key_type,key,fragment", [
-    ("json", '{"type": "objectx"}', 'Unsupported type "objectx"'),
-    ("json", "{not json", "Failed to parse JSON"),
-    ("regex", "(abc", "parenthesis is not closed"),
-    ("ebnf", "root ::= missing", 'Rule "missing" is not defined'),
-    ("structural_tag", "{}", "format"),
-    ("xml", "<a/>", "unknown grammar type"),
-])
+@pytest.mark.parametrize(
+    "key_type,key,fragment",
+    [
+        ("json", '{"type": "objectx"}', 'Unsupported type "objectx"'),
+        ("json", "{not json", "Failed to parse JSON"),
+        ("regex", "(abc", "parenthesis is not closed"),
+        ("ebnf", "root ::= missing", 'Rule "missing" is not defined'),
+        ("structural_tag", "{}", "format"),
+        ("xml", "<a/>", "unknown grammar type"),
+    ],
+)
 def test_invalid_grammar_raises_with_xgrammar_message(backend, key_type, key, fragment):
     with pytest.raises(GrammarCompileError) as info:
         backend.compile(key_type, key)
@@ -363,15 +391,6 @@ def test_invalid_grammar_raises_with_xgrammar_message(backend, key_type, key, fr
     assert not re.match(r"^\[\d\d:", info.value.detail), "log prefix must be stripped"
     again = pickle.loads(pickle.dumps(info.value))  # errors may cross process boundaries
     assert str(again) == str(info.value)
-
-
-def test_mask_cost_per_step(tok, backend, close_bias):
-    _, _, ms = sample_batch(backend.compile("json", json.dumps(PERSON)), 8, close_bias, seed=11,
-                            max_tokens=48)
-    ms.sort()
-    median = ms[len(ms) // 2]
-    print(f"\nmask fill+apply, batch 8, vocab {VOCAB}: median {median:.3f} ms/step, max {ms[-1]:.3f}")
-    assert median < 25.0, "mask work is on the critical path of every decode step"
 
 
 # ---------------------------------------------------------------------------- manager
@@ -387,11 +406,11 @@ class CountingBackend(BaseGrammarBackend):
 
     def compile(self, key_type: str, key_string: str) -> BaseGrammarObject:
         self.calls[(key_type, key_string)] = self.calls.get((key_type, key_string), 0) + 1
-        assert self.release.wait(10.0)
+        assert self.release.wait(300.0)
         return self.inner.compile(key_type, key_string)
 
 
-def _poll_until(manager: GrammarManager, n: int, timeout: float = 10.0):
+def _poll_until(manager: GrammarManager, n: int, timeout: float = 300.0):
     ready, failed = [], []
     deadline = time.monotonic() + timeout
     while len(ready) + len(failed) < n and time.monotonic() < deadline:
@@ -445,9 +464,8 @@ def test_manager_abort_waiting_request_and_poll_never_blocks(backend):
     m = GrammarManager(held, num_threads=2)
     m.submit(_req("a", regex=PHONE_RE))
     m.submit(_req("b", regex=PHONE_RE))
-    t0 = time.perf_counter()
-    assert m.poll_ready() == ([], [])  # still compiling: nothing, and no waiting for it
-    assert time.perf_counter() - t0 < 0.5
+    # The backend holds every compile until released below, so a poll that waited would never return.
+    assert m.poll_ready() == ([], [])
     assert m.abort("a") and not m.abort("nobody")
     ready, failed = m.poll_ready()
     assert ready == [] and [(r.rid, text) for r, text in failed] == [("a", ABORTED_MESSAGE)]
@@ -467,7 +485,7 @@ def test_manager_tp_agreement_and_timeout(backend):
     assert m.pop_ready({"x"}) == ([], [])
     held.release.set()
     m.submit(_req("y", regex=DATE_RE))
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 300
     while m.ready_rids() != {"x", "y"} and time.monotonic() < deadline:
         time.sleep(0.002)
     assert m.ready_rids() == {"x", "y"}

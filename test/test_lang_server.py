@@ -106,8 +106,10 @@ def test_select_methods(backend):
 
 def test_fork_branches_hit_the_prefix_cache(backend):
     backend.flush_cache()
-    shared = ("The following is a list of short facts about rivers, mountains and lakes of the world, "
-              "written for a school geography quiz with one sentence per fact. ") * 2
+    shared = (
+        "The following is a list of short facts about rivers, mountains and lakes of the world, "
+        "written for a school geography quiz with one sentence per fact. "
+    ) * 2
 
     @sgl.function
     def branches(s):
@@ -131,7 +133,7 @@ def test_regex_and_dtype_gens(backend):
         s += "How many days are in a week? " + sgl.gen_int("days", max_tokens=4) + "\n"
         s += "Pi is about " + sgl.gen("pi", dtype=float, max_tokens=8) + "\n"
         s += "Is fire cold? True or False: " + sgl.gen("b", dtype=bool, max_tokens=4) + "\n"
-        s += 'Name a color in quotes: ' + sgl.gen_string("color", max_tokens=8) + "\n"
+        s += "Name a color in quotes: " + sgl.gen_string("color", max_tokens=8) + "\n"
 
     state = typed.run(backend=backend, temperature=0)
     assert state["yn"] in ("yes", "no")

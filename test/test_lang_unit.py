@@ -50,10 +50,14 @@ def _entries(*lps):
 
 
 def _decide(method, choices, per_choice, unconditional=None):
-    means = [sum(x[0] for x in e if x[0] is not None) / len([x for x in e if x[0] is not None])
-             for e in per_choice]
-    return method(choices=choices, normalized_prompt_logprobs=means, input_token_logprobs=per_choice,
-                  output_token_logprobs=[[] for _ in choices], unconditional_token_logprobs=unconditional)
+    means = [sum(x[0] for x in e if x[0] is not None) / len([x for x in e if x[0] is not None]) for e in per_choice]
+    return method(
+        choices=choices,
+        normalized_prompt_logprobs=means,
+        input_token_logprobs=per_choice,
+        output_token_logprobs=[[] for _ in choices],
+        unconditional_token_logprobs=unconditional,
+    )
 
 
 def test_token_length_normalized_picks_best_mean():
@@ -156,12 +160,25 @@ def test_ir_validation():
 
 def test_sampling_params_translation():
     kw = SglSamplingParams().to_srt_kwargs()
-    assert kw == {"max_new_tokens": 128, "min_new_tokens": 0, "n": 1, "stop": [], "stop_token_ids": [],
-                  "stop_regex": [], "temperature": 1.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0,
-                  "frequency_penalty": 0.0, "presence_penalty": 0.0, "ignore_eos": False}
+    assert kw == {
+        "max_new_tokens": 128,
+        "min_new_tokens": 0,
+        "n": 1,
+        "stop": [],
+        "stop_token_ids": [],
+        "stop_regex": [],
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": -1,
+        "min_p": 0.0,
+        "frequency_penalty": 0.0,
+        "presence_penalty": 0.0,
+        "ignore_eos": False,
+    }
     # Per-gen overrides merge onto the run defaults; None keeps the default.
     sp = SglSamplingParams(temperature=0.0, max_new_tokens=32).merged(
-        {"max_new_tokens": 8, "stop": "\n", "top_p": None, "regex": "[ab]+"})
+        {"max_new_tokens": 8, "stop": "\n", "top_p": None, "regex": "[ab]+"}
+    )
     kw = sp.to_srt_kwargs()
     assert (kw["max_new_tokens"], kw["temperature"], kw["stop"], kw["regex"]) == (8, 0.0, ["\n"], "[ab]+")
     assert "json_schema" not in kw
@@ -170,9 +187,15 @@ def test_sampling_params_translation():
     assert sp.logprob_kwargs() == {"return_logprob": True, "logprob_start_len": 3}
 
 
-@pytest.mark.parametrize("dtype,regex,extra_stop", [
-    (int, REGEX_INT, [" ", "\n"]), (float, REGEX_FLOAT, [" ", "\n"]), (str, REGEX_STR, []), (bool, REGEX_BOOL, []),
-])
+@pytest.mark.parametrize(
+    "dtype,regex,extra_stop",
+    [
+        (int, REGEX_INT, [" ", "\n"]),
+        (float, REGEX_FLOAT, [" ", "\n"]),
+        (str, REGEX_STR, []),
+        (bool, REGEX_BOOL, []),
+    ],
+)
 def test_dtype_becomes_regex(dtype, regex, extra_stop):
     kw = SglSamplingParams(dtype=dtype, stop=["."]).to_srt_kwargs()
     assert kw["regex"] == regex
@@ -223,19 +246,27 @@ def test_chat_template_from_smollm2_tokenizer(smollm_tokenizer):
     # Rendering with the derived pieces reproduces the tokenizer's own rendering.
     msgs = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
     sys_p, sys_s = t.get_prefix_and_suffix("system")
-    ours = sys_p + t.default_system_prompt + sys_s + "".join(
-        t.get_prefix_and_suffix(m["role"])[0] + m["content"] + t.get_prefix_and_suffix(m["role"])[1] for m in msgs)
+    ours = (
+        sys_p
+        + t.default_system_prompt
+        + sys_s
+        + "".join(
+            t.get_prefix_and_suffix(m["role"])[0] + m["content"] + t.get_prefix_and_suffix(m["role"])[1] for m in msgs
+        )
+    )
     assert ours == smollm_tokenizer.apply_chat_template(msgs, tokenize=False)
 
 
 _LLAMA3_LIKE = (
     "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
     "{{ m['content'] | trim }}<|eot_id|>{% endfor %}"
-    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}")
+    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+)
 _SYSTEM_FOLDED = (
     "{% for m in messages %}{% if m['role'] == 'system' %}{% set ns = m['content'] %}"
     "{% elif m['role'] == 'user' %}[INST] {{ m['content'] }} [/INST]{% else %}{{ m['content'] }}</s>"
-    "{% endif %}{% endfor %}")
+    "{% endif %}{% endfor %}"
+)
 
 
 def test_chat_template_other_formats(smollm_tokenizer):
@@ -309,7 +340,7 @@ class ScriptedBackend(BaseBackend):
         out, meta = self.generate(s, sampling_params)
         for i in range(0, len(out), 2):
             time.sleep(0.01)  # like a server: pieces arrive over time
-            yield out[i:i + 2], meta
+            yield out[i : i + 2], meta
 
     def select(self, s, choices, temperature, choices_method):
         self._record("select", s.text_)
@@ -360,7 +391,9 @@ def test_roles_messages_and_template_stop(backend):
     t = get_chat_template("smollm2")
     assert state.text().startswith("<|im_start|>system\n" + t.default_system_prompt + "<|im_end|>\n")
     assert state["answer"] == "<<|im_start|>assistant>"
-    assert "<|im_start|>user\nWhat?<|im_end|>\n<|im_start|>assistant\n<<|im_start|>assistant><|im_end|>\n" in state.text()
+    assert (
+        "<|im_start|>user\nWhat?<|im_end|>\n<|im_start|>assistant\n<<|im_start|>assistant><|im_end|>\n" in state.text()
+    )
     assert state.messages() == [
         {"role": "system", "content": t.default_system_prompt},
         {"role": "user", "content": "What?"},
@@ -397,7 +430,10 @@ def test_fork_join_gathers_variables(backend):
     # The shared prefix was committed once, before the branches generated with their full text.
     assert backend.calls[0] == ("commit", "Topic:")
     assert sorted(t for op, t in backend.calls if op == "generate")[:3] == [
-        "Topic: part0 ", "Topic: part1 ", "Topic: part2 "]
+        "Topic: part0 ",
+        "Topic: part1 ",
+        "Topic: part2 ",
+    ]
 
 
 def test_fork_concat_and_group_iadd(backend):
@@ -516,8 +552,7 @@ def test_run_batch_keeps_order_and_precaches_long_prefix():
     def qa(s, question):
         s += shared + "Q: " + question + " A:" + sgl.gen("answer", max_tokens=16)
 
-    states = qa.run_batch([{"question": f"q{i}"} for i in range(24)], backend=backend, num_threads=8,
-                          progress_bar=True)
+    states = qa.run_batch([{"question": f"q{i}"} for i in range(24)], backend=backend, num_threads=8, progress_bar=True)
     assert [st["answer"] for st in states] == ["<A:>"] * 24
     assert [st.text().split("Q: ")[1].split(" ")[0] for st in states] == [f"q{i}" for i in range(24)]
     assert backend.calls[0] == ("cache_prefix", shared + "Q: ")

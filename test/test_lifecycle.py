@@ -9,7 +9,6 @@ import time
 
 import psutil
 import requests
-
 from server_utils import ServerProcess
 
 
@@ -38,8 +37,14 @@ def test_killing_the_detokenizer_ends_the_server_cleanly():
 
         def client():
             try:
-                r = requests.post(srv.url + "/generate", timeout=60, json={
-                    "text": "Write a long story", "sampling_params": {"max_new_tokens": 2000, "ignore_eos": True}})
+                r = requests.post(
+                    srv.url + "/generate",
+                    timeout=60,
+                    json={
+                        "text": "Write a long story",
+                        "sampling_params": {"max_new_tokens": 2000, "ignore_eos": True},
+                    },
+                )
                 result["status"] = r.status_code
             except requests.RequestException as e:
                 result["error"] = repr(e)

@@ -17,8 +17,8 @@ import pytest
 import requests
 import zmq
 from prometheus_client.parser import text_string_to_metric_families
-
 from server_utils import generate, stream_chunks
+
 from sglang.srt.managers.io_struct import SchedulerMetrics
 from sglang.srt.metrics.collector import ServerMetricsCollector
 from sglang.srt.metrics.names import SCHEDULER_METRICS
@@ -27,10 +27,18 @@ from sglang.srt.utils.ipc import make_socket, recv_obj
 
 pytestmark = pytest.mark.timeout(300)
 
-COUNTERS = ("sglang:prompt_tokens_total", "sglang:generation_tokens_total", "sglang:cached_tokens_total",
-            "sglang:num_requests_total", "sglang:num_aborted_requests_total")
-HISTOGRAMS = ("sglang:time_to_first_token_seconds", "sglang:inter_token_latency_seconds",
-              "sglang:e2e_request_latency_seconds")
+COUNTERS = (
+    "sglang:prompt_tokens_total",
+    "sglang:generation_tokens_total",
+    "sglang:cached_tokens_total",
+    "sglang:num_requests_total",
+    "sglang:num_aborted_requests_total",
+)
+HISTOGRAMS = (
+    "sglang:time_to_first_token_seconds",
+    "sglang:inter_token_latency_seconds",
+    "sglang:e2e_request_latency_seconds",
+)
 
 
 def parse(text: str) -> Dict[str, float]:
@@ -60,15 +68,23 @@ def test_counters_and_histograms_move_exactly(server_url):
     sp = {"temperature": 0, "ignore_eos": True}
     prompt = "The lighthouse keeper climbed the stairs and wrote the weather in her book."
     metas: List[dict] = []
-    for body in (dict(text=prompt, sampling_params=dict(sp, max_new_tokens=6)),
-                 dict(text=prompt, sampling_params=dict(sp, max_new_tokens=6)),   # prefix-cache hit
-                 dict(input_ids=list(range(100, 140)), sampling_params=dict(sp, max_new_tokens=5))):
+    for body in (
+        dict(text=prompt, sampling_params=dict(sp, max_new_tokens=6)),
+        dict(text=prompt, sampling_params=dict(sp, max_new_tokens=6)),  # prefix-cache hit
+        dict(input_ids=list(range(100, 140)), sampling_params=dict(sp, max_new_tokens=5)),
+    ):
         r = generate(server_url, **body)
         assert r.status_code == 200, r.text
         metas.append(r.json()["meta_info"])
-    stream_outs = [(7, stream_chunks(server_url, dict(text=prompt + " Then", sampling_params=dict(sp, max_new_tokens=7)))),
-                   (4, stream_chunks(server_url, dict(input_ids=list(range(200, 230)),
-                                                      sampling_params=dict(sp, max_new_tokens=4))))]
+    stream_outs = [
+        (7, stream_chunks(server_url, dict(text=prompt + " Then", sampling_params=dict(sp, max_new_tokens=7)))),
+        (
+            4,
+            stream_chunks(
+                server_url, dict(input_ids=list(range(200, 230)), sampling_params=dict(sp, max_new_tokens=4))
+            ),
+        ),
+    ]
     for _, chunks in stream_outs:
         metas.append(chunks[-1]["meta_info"])
     after = scrape(server_url)
@@ -82,7 +98,8 @@ def test_counters_and_histograms_move_exactly(server_url):
     assert delta(after, before, "sglang:cached_tokens_total") == sum(m["cached_tokens"] for m in metas)
     assert delta(after, before, "sglang:e2e_request_latency_seconds_count") == 5
     assert delta(after, before, "sglang:e2e_request_latency_seconds_sum") == pytest.approx(
-        sum(m["e2e_latency"] for m in metas), rel=1e-6, abs=1e-6)
+        sum(m["e2e_latency"] for m in metas), rel=1e-6, abs=1e-6
+    )
     assert delta(after, before, "sglang:time_to_first_token_seconds_count") == 5
     # Non-streamed short answers arrive in one chunk (no ITL samples); a stream with the default
     # stream_interval 1 delivers its first token alone, then one sample per later token.
@@ -99,9 +116,17 @@ def test_abort_is_counted_apart(server_url):
     got_first = threading.Event()
 
     def reader():
-        with requests.post(server_url + "/generate", stream=True, timeout=120, json={
-                "rid": rid, "text": "Count slowly from one to one thousand:", "stream": True,
-                "sampling_params": {"max_new_tokens": 400, "ignore_eos": True, "temperature": 0}}) as r:
+        with requests.post(
+            server_url + "/generate",
+            stream=True,
+            timeout=120,
+            json={
+                "rid": rid,
+                "text": "Count slowly from one to one thousand:",
+                "stream": True,
+                "sampling_params": {"max_new_tokens": 400, "ignore_eos": True, "temperature": 0},
+            },
+        ) as r:
             for line in r.iter_lines():
                 if line.startswith(b"data: {"):
                     import json
@@ -120,8 +145,11 @@ def test_abort_is_counted_apart(server_url):
     assert delta(after, before, "sglang:num_aborted_requests_total") == 1
     assert delta(after, before, "sglang:time_to_first_token_seconds_count") == 1
     # An aborted request's tokens and latency stay out of the served-work numbers.
-    for key in ("sglang:prompt_tokens_total", "sglang:generation_tokens_total",
-                "sglang:e2e_request_latency_seconds_count"):
+    for key in (
+        "sglang:prompt_tokens_total",
+        "sglang:generation_tokens_total",
+        "sglang:e2e_request_latency_seconds_count",
+    ):
         assert delta(after, before, key) == 0, key
 
 
@@ -133,8 +161,11 @@ def test_scheduler_gauges_present_and_final_when_idle(server_url, default_server
     while True:
         m = scrape(server_url)
         info = default_server.server_info()
-        final = (m["sglang:num_running_reqs"] == 0 and m["sglang:num_queue_reqs"] == 0
-                 and m["sglang:cache_hit_rate"] == pytest.approx(info["cache_hit_rate"], abs=1e-12))
+        final = (
+            m["sglang:num_running_reqs"] == 0
+            and m["sglang:num_queue_reqs"] == 0
+            and m["sglang:cache_hit_rate"] == pytest.approx(info["cache_hit_rate"], abs=1e-12)
+        )
         if final or time.time() > deadline:
             break
         time.sleep(0.2)
@@ -169,13 +200,23 @@ def _feed_chunk(c: ServerMetricsCollector, st, n: int, now: float) -> None:
 
 def test_collector_itl_and_ttft_semantics():
     c = ServerMetricsCollector("m")
-    st = _state(0.0)                 # binary-exact times, so bucket edges compare exactly
-    _feed_chunk(c, st, 1, 0.5)       # first token: TTFT 0.5
-    _feed_chunk(c, st, 1, 0.75)      # ITL 0.25
-    _feed_chunk(c, st, 4, 1.75)      # 4 tokens after 1.0 s: 4 samples of 0.25
-    _feed_chunk(c, st, 0, 2.0)       # a bookkeeping chunk adds nothing
-    c.on_finish(st, {"meta_info": {"finish_reason": {"type": "length"}, "prompt_tokens": 9,
-                                   "completion_tokens": 6, "cached_tokens": 3, "e2e_latency": 1.1}})
+    st = _state(0.0)  # binary-exact times, so bucket edges compare exactly
+    _feed_chunk(c, st, 1, 0.5)  # first token: TTFT 0.5
+    _feed_chunk(c, st, 1, 0.75)  # ITL 0.25
+    _feed_chunk(c, st, 4, 1.75)  # 4 tokens after 1.0 s: 4 samples of 0.25
+    _feed_chunk(c, st, 0, 2.0)  # a bookkeeping chunk adds nothing
+    c.on_finish(
+        st,
+        {
+            "meta_info": {
+                "finish_reason": {"type": "length"},
+                "prompt_tokens": 9,
+                "completion_tokens": 6,
+                "cached_tokens": 3,
+                "e2e_latency": 1.1,
+            }
+        },
+    )
     m = parse(c.render().decode())
     assert m["sglang:time_to_first_token_seconds_count"] == 1
     assert m["sglang:time_to_first_token_seconds_sum"] == pytest.approx(0.5)
@@ -192,8 +233,18 @@ def test_collector_skips_log_metrics_false_and_isolates_registries():
     a, b = ServerMetricsCollector("m"), ServerMetricsCollector("m")
     st = _state(0.0, obj={"rid": "x", "log_metrics": False})
     _feed_chunk(a, st, 1, 0.2)
-    a.on_finish(st, {"meta_info": {"finish_reason": {"type": "stop"}, "prompt_tokens": 5,
-                                   "completion_tokens": 1, "cached_tokens": 0, "e2e_latency": 0.2}})
+    a.on_finish(
+        st,
+        {
+            "meta_info": {
+                "finish_reason": {"type": "stop"},
+                "prompt_tokens": 5,
+                "completion_tokens": 1,
+                "cached_tokens": 0,
+                "e2e_latency": 0.2,
+            }
+        },
+    )
     a.on_scheduler_metrics({"num_running_reqs": 3.0, "num_retracted_requests_total": 2.0})
     ma, mb = parse(a.render().decode()), parse(b.render().decode())
     assert ma["sglang:num_requests_total"] == 0 and ma["sglang:time_to_first_token_seconds_count"] == 0
@@ -241,7 +292,7 @@ def test_reporter_snapshot_and_rate_limit(reporter_pair):
     sched, rep, pull = reporter_pair
     rep.on_prefill(10, 5)
     rep.on_decode_log(sched)
-    rep.on_forward(sched)          # all within min_interval: one push
+    rep.on_forward(sched)  # all within min_interval: one push
     msgs = _drain(pull)
     assert len(msgs) == 1 and isinstance(msgs[0], SchedulerMetrics)
     v = msgs[0].values
@@ -255,12 +306,12 @@ def test_reporter_snapshot_and_rate_limit(reporter_pair):
 def test_reporter_idle_and_retract_push_despite_rate_limit(reporter_pair):
     sched, rep, pull = reporter_pair
     rep.on_prefill(1, 0)
-    rep.on_idle(sched)                         # unchanged since the last push: nothing
+    rep.on_idle(sched)  # unchanged since the last push: nothing
     assert len(_drain(pull)) == 1
     sched.running_batch = types.SimpleNamespace(batch_size=lambda: 0)
     sched.waiting_queue = []
-    rep.on_idle(sched)                         # changed: pushed although within min_interval
-    rep.on_idle(sched)                         # idle polls repeat: no spam
+    rep.on_idle(sched)  # changed: pushed although within min_interval
+    rep.on_idle(sched)  # idle polls repeat: no spam
     msgs = _drain(pull)
     assert len(msgs) == 1 and msgs[0].values["num_running_reqs"] == 0
     sched.num_retracted_total = 4

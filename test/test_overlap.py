@@ -7,7 +7,6 @@ import time
 
 import pytest
 import requests
-
 from server_utils import ServerProcess, generate, stream_chunks
 
 # A low conservativeness admits nearly everything, so decode runs out of KV and must retract on any machine.
@@ -44,9 +43,15 @@ def _workload(url: str):
 
     def aborted():
         r = {}
+
         def go():
-            r["out"] = generate(url, text="An endless essay", rid="overlap-abort",
-                                sampling_params={"max_new_tokens": 300, "ignore_eos": True}).json()
+            r["out"] = generate(
+                url,
+                text="An endless essay",
+                rid="overlap-abort",
+                sampling_params={"max_new_tokens": 300, "ignore_eos": True},
+            ).json()
+
         t = concurrent.futures.ThreadPoolExecutor(1).submit(go)
         time.sleep(1.0)
         requests.post(url + "/abort_request", json={"rid": "overlap-abort"})
@@ -72,8 +77,10 @@ def test_overlap_and_plain_loops_agree(extra):
         assert [x["meta_info"]["finish_reason"] for x in a] == [y["meta_info"]["finish_reason"] for y in b]
         for srv in (plain, overlap):
             srv.check_idle_invariant()
-        assert sum(x["meta_info"]["num_retractions"] for x in a + b) > 0 or "Retract" in plain.log_text() + \
-            overlap.log_text()
+        assert (
+            sum(x["meta_info"]["num_retractions"] for x in a + b) > 0
+            or "Retract" in plain.log_text() + overlap.log_text()
+        )
     finally:
         plain.stop()
         overlap.stop()

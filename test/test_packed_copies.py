@@ -8,8 +8,13 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sglang.srt.model_executor.forward_batch_info import (PACK_ALIGN_ELEMS, build_decode_batch, pack_host,
-                                                          packed_offsets, unpack)
+from sglang.srt.model_executor.forward_batch_info import (
+    PACK_ALIGN_ELEMS,
+    build_decode_batch,
+    pack_host,
+    packed_offsets,
+    unpack,
+)
 from sglang.srt.utils import jit_watch
 
 
@@ -22,7 +27,7 @@ def test_packed_offsets_are_aligned_and_disjoint(sizes):
         assert offs[i + 1] - offs[i] == -(-n // PACK_ALIGN_ELEMS) * PACK_ALIGN_ELEMS  # the least room that fits
 
 
-@given(st.lists(st.lists(st.integers(-2**40, 2**40), max_size=40), min_size=1, max_size=8))
+@given(st.lists(st.lists(st.integers(-(2**40), 2**40), max_size=40), min_size=1, max_size=8))
 def test_pack_then_unpack_round_trips_with_aligned_views(rows):
     tensors = [torch.tensor(r, dtype=torch.int64) for r in rows]
     flat, offs = pack_host(tensors)

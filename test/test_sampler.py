@@ -50,8 +50,10 @@ def test_same_seed_same_tokens_whatever_the_batch():
     batch = torch.cat([_logits(4, 2), logits])
     together = sample(batch, _info(mates + [_req(0, temperature=1.0, sampling_seed=7)])).next_token_ids[-1]
     assert alone == together
-    draws = {int(sample(logits.clone(), _info([_req(0, temperature=1.0, sampling_seed=s)])).next_token_ids[0])
-             for s in range(40)}
+    draws = {
+        int(sample(logits.clone(), _info([_req(0, temperature=1.0, sampling_seed=s)])).next_token_ids[0])
+        for s in range(40)
+    }
     assert len(draws) > 3  # different seeds really differ
 
 
@@ -88,8 +90,16 @@ def test_top_k_never_picks_outside_the_k_best():
 
 def test_penalties_and_bias_exact():
     logits = _logits(1, 5)
-    r = _req(0, output=[4, 4, 9], prompt=[9, 11], temperature=0.0, frequency_penalty=0.5, presence_penalty=0.25,
-             repetition_penalty=1.5, logit_bias={"17": 2.0})
+    r = _req(
+        0,
+        output=[4, 4, 9],
+        prompt=[9, 11],
+        temperature=0.0,
+        frequency_penalty=0.5,
+        presence_penalty=0.25,
+        repetition_penalty=1.5,
+        logit_bias={"17": 2.0},
+    )
     adj = logits.clone()
     apply_logit_adjustments(adj, _info([r]))
     ref = logits.clone()
@@ -132,8 +142,17 @@ def test_request_finishes_with_nan_happened_on_invalid_sample():
     assert r.finished_reason.to_json() == {"type": "stop", "matched": "NaN happened"}
 
 
-@pytest.mark.parametrize("field,value", [("temperature", math.nan), ("top_p", 0.0), ("top_k", 0), ("min_p", 1.5),
-                                         ("repetition_penalty", 0.0), ("frequency_penalty", 3.0)])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("temperature", math.nan),
+        ("top_p", 0.0),
+        ("top_k", 0),
+        ("min_p", 1.5),
+        ("repetition_penalty", 0.0),
+        ("frequency_penalty", 3.0),
+    ],
+)
 def test_invalid_sampling_params_are_rejected(field, value):
     p = SamplingParams(**{field: value})
     with pytest.raises(ValueError, match=field):
@@ -141,7 +160,7 @@ def test_invalid_sampling_params_are_rejected(field, value):
 
 
 def test_uniforms_never_reach_zero_or_one():
-    h = torch.tensor([0, 1, 2 ** 31, 2 ** 32 - 2, 2 ** 32 - 1], dtype=torch.int64)
+    h = torch.tensor([0, 1, 2**31, 2**32 - 2, 2**32 - 1], dtype=torch.int64)
     u = bits_to_uniform(h)
     assert bool((u > 0).all()) and bool((u < 1).all())
     assert bool(torch.isfinite(-torch.log(u)).all()) and bool((-torch.log(u) > 0).all())

@@ -34,25 +34,33 @@ def schedulers(tiny_models):
 
     def get(name):
         if name not in cache:
-            sa = ServerArgs(model_path=tiny_models["llama"], tokenizer_path=tiny_models["llama"],
-                            max_total_tokens=POOL, max_running_requests=6, grammar_backend="none",
-                            strict_memory_check=True, **CONFIGS[name])
+            sa = ServerArgs(
+                model_path=tiny_models["llama"],
+                tokenizer_path=tiny_models["llama"],
+                max_total_tokens=POOL,
+                max_running_requests=6,
+                grammar_backend="none",
+                strict_memory_check=True,
+                **CONFIGS[name],
+            )
             cache[name] = Scheduler(sa, None)
         return cache[name]
 
     return get
 
 
-request_st = st.fixed_dictionaries({
-    # A small alphabet and a shared stem make prefixes collide in the tree.
-    "stem": st.integers(0, 2),
-    "stem_len": st.integers(0, 40),
-    "tail": st.lists(st.integers(100, 104), min_size=1, max_size=30),
-    "max_new": st.integers(0, 24),
-    "arrive": st.integers(0, 12),
-    "abort_at": st.one_of(st.none(), st.integers(0, 30)),
-    "logprob": st.booleans(),
-})
+request_st = st.fixed_dictionaries(
+    {
+        # A small alphabet and a shared stem make prefixes collide in the tree.
+        "stem": st.integers(0, 2),
+        "stem_len": st.integers(0, 40),
+        "tail": st.lists(st.integers(100, 104), min_size=1, max_size=30),
+        "max_new": st.integers(0, 24),
+        "arrive": st.integers(0, 12),
+        "abort_at": st.one_of(st.none(), st.integers(0, 30)),
+        "logprob": st.booleans(),
+    }
+)
 
 
 def _submit(sched: Scheduler, spec: dict) -> str:
@@ -60,16 +68,23 @@ def _submit(sched: Scheduler, spec: dict) -> str:
     stem = [10 + spec["stem"]] * spec["stem_len"]
     sp = SamplingParams(max_new_tokens=spec["max_new"], temperature=0.0)
     sp.normalize(None)
-    sched.handle_generate_request(TokenizedGenerateReqInput(
-        rid=rid, input_text=None, input_ids=stem + spec["tail"], sampling_params=sp,
-        return_logprob=spec["logprob"], logprob_start_len=max(len(stem) - 3, 0) if spec["logprob"] else -1))
+    sched.handle_generate_request(
+        TokenizedGenerateReqInput(
+            rid=rid,
+            input_text=None,
+            input_ids=stem + spec["tail"],
+            sampling_params=sp,
+            return_logprob=spec["logprob"],
+            logprob_start_len=max(len(stem) - 3, 0) if spec["logprob"] else -1,
+        )
+    )
     return rid
 
 
 def _run(sched: Scheduler, specs) -> dict:
     reqs, aborts, step = {}, {}, 0
     while True:
-        for i, spec in enumerate(specs):
+        for spec in specs:
             if spec["arrive"] == step:
                 rid = _submit(sched, spec)
                 reqs[rid] = sched.rid_to_req.get(rid)
@@ -89,8 +104,9 @@ def _run(sched: Scheduler, specs) -> dict:
 
 
 @pytest.mark.parametrize("config", list(CONFIGS))
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                 HealthCheck.too_slow])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(specs=st.lists(request_st, min_size=1, max_size=10))
 def test_random_workload_keeps_kv_accounting_exact(config, specs, schedulers):
     sched = schedulers(config)
@@ -113,8 +129,10 @@ def test_tiny_pool_retracts_and_recovers(schedulers):
     """Long outputs from many requests overflow the forecast: retraction must happen and all finish."""
     sched = schedulers("overlap")
     before = sched.num_retracted_total
-    specs = [dict(stem=0, stem_len=0, tail=[100 + i % 5] * 10, max_new=60, arrive=0, abort_at=None, logprob=False)
-             for i in range(6)]
+    specs = [
+        dict(stem=0, stem_len=0, tail=[100 + i % 5] * 10, max_new=60, arrive=0, abort_at=None, logprob=False)
+        for i in range(6)
+    ]
     reqs = _run(sched, specs)
     assert sched.num_retracted_total > before
     assert all(r.finished() for r in reqs.values())

@@ -6,7 +6,6 @@ import concurrent.futures
 import time
 
 import requests
-
 from server_utils import ServerProcess, generate
 
 LONG_SP = {"max_new_tokens": 300, "ignore_eos": True}
@@ -45,15 +44,31 @@ def test_paged_kv_gives_the_same_tokens_and_aligned_cache_hits(server_url):
 
 
 def test_priority_scheduling_orders_queue_and_preempts():
-    srv = ServerProcess(["--max-total-tokens", "4096", "--max-running-requests", "1", "--enable-priority-scheduling",
-                         "--priority-scheduling-preemption-threshold", "5"])
+    srv = ServerProcess(
+        [
+            "--max-total-tokens",
+            "4096",
+            "--max-running-requests",
+            "1",
+            "--enable-priority-scheduling",
+            "--priority-scheduling-preemption-threshold",
+            "5",
+        ]
+    )
     try:
         done = {}
 
         def run(rid, prio, n):
-            r = requests.post(srv.url + "/generate", timeout=120, json={
-                "text": f"Job {rid}", "rid": rid, "priority": prio,
-                "sampling_params": {"max_new_tokens": n, "ignore_eos": True}})
+            r = requests.post(
+                srv.url + "/generate",
+                timeout=120,
+                json={
+                    "text": f"Job {rid}",
+                    "rid": rid,
+                    "priority": prio,
+                    "sampling_params": {"max_new_tokens": n, "ignore_eos": True},
+                },
+            )
             done[rid] = time.time()
             return r
 

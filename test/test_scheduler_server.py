@@ -7,7 +7,6 @@ import random
 
 import pytest
 import requests
-
 from server_utils import ServerProcess, generate
 
 STORY = [f"Story number {i}: Once upon a time" for i in range(16)]
@@ -43,8 +42,9 @@ def test_chunked_prefill_gives_the_same_tokens_and_logprobs(server_url):
     srv = ServerProcess(["--max-total-tokens", "4096", "--chunked-prefill-size", "32"])
     try:
         text = " ".join(f"Item {i} is a {['red', 'blue', 'green'][i % 3]} ball." for i in range(30))
-        kw = dict(text=text, sampling_params={"max_new_tokens": 8, "temperature": 0}, return_logprob=True,
-                  logprob_start_len=5)
+        kw = dict(
+            text=text, sampling_params={"max_new_tokens": 8, "temperature": 0}, return_logprob=True, logprob_start_len=5
+        )
         a = generate(server_url, **kw).json()
         b = generate(srv.url, **kw).json()
         assert b["meta_info"]["prompt_tokens"] > 5 * 32
@@ -57,8 +57,7 @@ def test_chunked_prefill_gives_the_same_tokens_and_logprobs(server_url):
         srv.stop()
 
 
-def _shared_prefix_workload(seed: int = 0, groups: int = 4, per_group: int = 8, sys_len: int = 300,
-                            q_len: int = 20):
+def _shared_prefix_workload(seed: int = 0, groups: int = 4, per_group: int = 8, sys_len: int = 300, q_len: int = 20):
     rng = random.Random(seed)
     prompts = []
     for _ in range(groups):
@@ -75,8 +74,14 @@ def _prefill_counts(srv: ServerProcess):
 def _send_groups(srv: ServerProcess, groups):
     for group in groups:
         with concurrent.futures.ThreadPoolExecutor(8) as ex:
-            rs = list(ex.map(lambda ids: generate(srv.url, input_ids=ids,
-                                                  sampling_params={"max_new_tokens": 4, "temperature": 0}), group))
+            rs = list(
+                ex.map(
+                    lambda ids: generate(
+                        srv.url, input_ids=ids, sampling_params={"max_new_tokens": 4, "temperature": 0}
+                    ),
+                    group,
+                )
+            )
         assert all(r.status_code == 200 for r in rs)
 
 
@@ -109,10 +114,17 @@ def test_shared_prefix_workload_hit_rate_and_prefill_savings():
 def test_max_queued_requests_gives_503_and_the_rest_succeed():
     srv = ServerProcess(["--max-total-tokens", "8192", "--max-queued-requests", "4", "--max-running-requests", "4"])
     try:
+
         def one(i):
-            return requests.post(srv.url + "/generate", timeout=120, json={
-                "text": f"Request {i}: describe the sea", "stream": i % 2 == 0,
-                "sampling_params": {"max_new_tokens": 24, "ignore_eos": True}})
+            return requests.post(
+                srv.url + "/generate",
+                timeout=120,
+                json={
+                    "text": f"Request {i}: describe the sea",
+                    "stream": i % 2 == 0,
+                    "sampling_params": {"max_new_tokens": 24, "ignore_eos": True},
+                },
+            )
 
         with concurrent.futures.ThreadPoolExecutor(64) as ex:
             rs = list(ex.map(one, range(64)))

@@ -12,7 +12,6 @@ import psutil
 import pytest
 import requests
 import torch
-
 from server_utils import ServerProcess, free_port, generate, stream_chunks
 
 TEXT = "The quick brown fox jumps over the lazy dog. In the beginning"
@@ -82,8 +81,13 @@ def tp_servers(tiny_models):
 def test_tp2_server_matches_tp1(tp_servers):
     one, two = tp_servers
     prompts = [f"Request {i}: {TEXT}" for i in range(6)]
-    kw = dict(text=prompts, sampling_params={"max_new_tokens": 16, "temperature": 0}, return_logprob=True,
-              logprob_start_len=2, top_logprobs_num=2)
+    kw = dict(
+        text=prompts,
+        sampling_params={"max_new_tokens": 16, "temperature": 0},
+        return_logprob=True,
+        logprob_start_len=2,
+        top_logprobs_num=2,
+    )
     a, b = generate(one.url, **kw).json(), generate(two.url, **kw).json()
     assert [x["output_ids"] for x in a] == [y["output_ids"] for y in b]
     for x, y in zip(a, b):
@@ -94,8 +98,10 @@ def test_tp2_server_matches_tp1(tp_servers):
     assert stream_chunks(two.url, body)[-1]["output_ids"] == a[0]["output_ids"]
     # seeded sampling is identical across ranks and equal to TP=1
     sp = {"max_new_tokens": 16, "temperature": 1.0, "sampling_seed": 7}
-    assert generate(one.url, text=TEXT, sampling_params=sp).json()["output_ids"] == \
-        generate(two.url, text=TEXT, sampling_params=sp).json()["output_ids"]
+    assert (
+        generate(one.url, text=TEXT, sampling_params=sp).json()["output_ids"]
+        == generate(two.url, text=TEXT, sampling_params=sp).json()["output_ids"]
+    )
     one.check_idle_invariant()
     two.check_idle_invariant()
 
@@ -106,10 +112,12 @@ def test_forced_world_of_one_matches_plain_tp1(tp_servers, tiny_models):
     one, _ = tp_servers
     forced = ServerProcess(["--model-path", tiny_models["llama"], "--max-total-tokens", "4096", "--force-distributed"])
     try:
-        kw = dict(text=[f"Request {i}: {TEXT}" for i in range(3)],
-                  sampling_params={"max_new_tokens": 12, "temperature": 0})
-        assert [x["output_ids"] for x in generate(forced.url, **kw).json()] == \
-            [y["output_ids"] for y in generate(one.url, **kw).json()]
+        kw = dict(
+            text=[f"Request {i}: {TEXT}" for i in range(3)], sampling_params={"max_new_tokens": 12, "temperature": 0}
+        )
+        assert [x["output_ids"] for x in generate(forced.url, **kw).json()] == [
+            y["output_ids"] for y in generate(one.url, **kw).json()
+        ]
         assert "tensor parallel rank 0/1 ready (gloo)" in forced.log_text()
         forced.check_idle_invariant()
     finally:
@@ -119,16 +127,22 @@ def test_forced_world_of_one_matches_plain_tp1(tp_servers, tiny_models):
 def test_tp2_abort_and_retraction(tiny_models, tp_servers):
     one, _ = tp_servers
     path = tiny_models["llama"]
-    tiny = ServerProcess(["--model-path", path, "--max-total-tokens", "300", "--tp-size", "2",
-                          "--schedule-conservativeness", "0.05"])
+    tiny = ServerProcess(
+        ["--model-path", path, "--max-total-tokens", "300", "--tp-size", "2", "--schedule-conservativeness", "0.05"]
+    )
     try:
         prompts = [f"Story number {i}: once upon a time" for i in range(12)]
         sp = {"max_new_tokens": 40, "temperature": 0}
         with concurrent.futures.ThreadPoolExecutor(13) as ex:
             ref = list(ex.map(lambda p: generate(one.url, text=p, sampling_params=sp).json(), prompts))
             futs = [ex.submit(generate, tiny.url, text=p, sampling_params=sp) for p in prompts]
-            victim = ex.submit(generate, tiny.url, text="endless", rid="tp-abort",
-                               sampling_params={"max_new_tokens": 200, "ignore_eos": True})
+            victim = ex.submit(
+                generate,
+                tiny.url,
+                text="endless",
+                rid="tp-abort",
+                sampling_params={"max_new_tokens": 200, "ignore_eos": True},
+            )
             time.sleep(1.0)
             requests.post(tiny.url + "/abort_request", json={"rid": "tp-abort"})
             outs = [f.result().json() for f in futs]
@@ -145,8 +159,9 @@ def test_a_dying_rank_takes_the_server_down(tiny_models):
     try:
         pids = srv.server_info()["process_pids"]
         os.kill(pids["scheduler-tp1"], signal.SIGKILL)
-        r = requests.post(srv.url + "/generate", json={"text": "hi", "sampling_params": {"max_new_tokens": 4}},
-                          timeout=60)
+        r = requests.post(
+            srv.url + "/generate", json={"text": "hi", "sampling_params": {"max_new_tokens": 4}}, timeout=60
+        )
         assert r.status_code >= 500
         deadline = time.time() + 30
         while srv.proc.poll() is None and time.time() < deadline:
@@ -162,8 +177,18 @@ def test_a_dying_rank_takes_the_server_down(tiny_models):
 @pytest.mark.parametrize("method", ["round_robin", "total_tokens"])
 def test_data_parallel_replicas(method, tiny_models, tp_servers):
     one, _ = tp_servers
-    srv = ServerProcess(["--model-path", tiny_models["llama"], "--max-total-tokens", "2048", "--dp-size", "2",
-                         "--load-balance-method", method])
+    srv = ServerProcess(
+        [
+            "--model-path",
+            tiny_models["llama"],
+            "--max-total-tokens",
+            "2048",
+            "--dp-size",
+            "2",
+            "--load-balance-method",
+            method,
+        ]
+    )
     try:
         prompts = [f"Question {i}: {TEXT}" for i in range(8)]
         sp = {"max_new_tokens": 8, "temperature": 0}
@@ -189,15 +214,31 @@ def test_two_nodes_on_one_machine(tiny_models, tp_servers):
     one, _ = tp_servers
     path = tiny_models["llama"]
     addr = f"127.0.0.1:{free_port()}"
-    common = ["--model-path", path, "--max-total-tokens", "1024", "--tp-size", "2", "--nnodes", "2",
-              "--dist-init-addr", addr]
-    node1 = subprocess.Popen([sys.executable, "-m", "sglang.srt.entrypoints.cli", "serve", *common, "--node-rank", "1"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    common = [
+        "--model-path",
+        path,
+        "--max-total-tokens",
+        "1024",
+        "--tp-size",
+        "2",
+        "--nnodes",
+        "2",
+        "--dist-init-addr",
+        addr,
+    ]
+    node1 = subprocess.Popen(
+        [sys.executable, "-m", "sglang.srt.entrypoints.cli", "serve", *common, "--node-rank", "1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         node0 = ServerProcess(common + ["--node-rank", "0"])
         try:
-            kw = dict(text=[f"Node test {i}: {TEXT}" for i in range(3)],
-                      sampling_params={"max_new_tokens": 8, "temperature": 0})
+            kw = dict(
+                text=[f"Node test {i}: {TEXT}" for i in range(3)],
+                sampling_params={"max_new_tokens": 8, "temperature": 0},
+            )
             a, b = generate(one.url, **kw).json(), generate(node0.url, **kw).json()
             assert [x["output_ids"] for x in a] == [y["output_ids"] for y in b]
             node0.check_idle_invariant()

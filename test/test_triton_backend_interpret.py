@@ -23,7 +23,13 @@ def test_triton_backend_matches_torch_native_in_interpreter(arch: str, tiny_mode
     # qwen3 covers q/k-norm and head_dim != hidden/heads; llama covers llama3 rope scaling. The fp8
     # and fused-op checks do not depend on the architecture: run them once.
     only = "backend,graph,fp8,fused" if arch == "llama" else "backend,graph"
-    proc = subprocess.run([sys.executable, str(HERE / "backend_checks.py"), tiny_models[arch], "--only", only],
-                          cwd=HERE.parent, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "backend_checks.py"), tiny_models[arch], "--only", only],
+        cwd=HERE.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     report = proc.stdout[-20000:] + "\n" + proc.stderr[-5000:]
     assert proc.returncode == 0, f"backend_checks exited {proc.returncode}:\n{report}"

@@ -23,8 +23,14 @@ def _run(script: str, *args: str, interpret: bool, timeout: int) -> None:
     env.pop("TRITON_INTERPRET", None)
     if interpret:
         env["TRITON_INTERPRET"] = "1"
-    proc = subprocess.run([sys.executable, str(HERE / script), *args], cwd=HERE.parent, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, str(HERE / script), *args],
+        cwd=HERE.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     report = proc.stdout[-20000:] + "\n" + proc.stderr[-5000:]
     # A negative return code is a crash (e.g. a wild read of a poisoned slot id): still a failure.
     assert proc.returncode == 0, f"{script} {' '.join(args)} exited {proc.returncode}:\n{report}"

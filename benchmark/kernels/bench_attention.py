@@ -104,7 +104,7 @@ def time_layers(calls: Sequence[Callable[[], None]]) -> Tuple[float, str]:
         reps = max(1, min(200, int(20.0 / max(_event_time(graph.replay, 1), 1e-3))))
         times = [_event_time(graph.replay, reps) for _ in range(7)]
         return statistics.median(times) / len(calls), ""
-    except Exception as e:  # some torch paths are not capturable: fall back to eager timing
+    except Exception as e:  # noqa: BLE001 - some torch paths are not capturable: fall back to eager timing
         print(f"    (graph capture failed: {type(e).__name__}: {str(e)[:120]}; timing eagerly)")
         torch.cuda.synchronize()
 
@@ -135,8 +135,7 @@ DECODE_CASES += [(32, 32, 128, bs, 4096, grouped) for bs in (8, 64) for grouped 
 class DecodeSetup:
     """bs requests of `ctx` tokens each in randomly permuted pool slots, `n_layers` K/V buffer pairs."""
 
-    def __init__(self, bs: int, ctx: int, h: int, hkv: int, d: int, max_kv_splits: int, n_layers: int,
-                 seed: int = 0):
+    def __init__(self, bs: int, ctx: int, h: int, hkv: int, d: int, max_kv_splits: int, n_layers: int, seed: int = 0):
         g = torch.Generator(device=DEV).manual_seed(seed)
         total = bs * ctx
         self.bs, self.ctx, self.h, self.hkv, self.d, self.max_kv_splits = bs, ctx, h, hkv, d, max_kv_splits
@@ -160,26 +159,45 @@ class DecodeSetup:
 
     def triton_call(self, layer: int, grouped: Optional[bool] = None, config: Optional[dict] = None):
         def call():
-            decode_attention_fwd(self.q, self.k[layer], self.v[layer], self.o, self.req_to_token, self.rows,
-                                 self.seq_lens, self.logits, self.lse, self.num_kv_splits, self.max_kv_splits,
-                                 self.scale, grouped=grouped, config=config)
+            decode_attention_fwd(
+                self.q,
+                self.k[layer],
+                self.v[layer],
+                self.o,
+                self.req_to_token,
+                self.rows,
+                self.seq_lens,
+                self.logits,
+                self.lse,
+                self.num_kv_splits,
+                self.max_kv_splits,
+                self.scale,
+                grouped=grouped,
+                config=config,
+            )
+
         return call
 
     def torch_call(self, layer: int):
         """Gather the whole context of every request, then SDPA (equal lengths: no mask needed)."""
+
         def call():
             idx = self.req_to_token[self.rows, : self.ctx].long()  # [bs, ctx]
             k = self.k[layer][idx].transpose(1, 2)  # [bs, hkv, ctx, d]
             v = self.v[layer][idx].transpose(1, 2)
-            return F.scaled_dot_product_attention(self.q.unsqueeze(2), k, v, scale=self.scale,
-                                                  enable_gqa=True).squeeze(2)
+            return F.scaled_dot_product_attention(self.q.unsqueeze(2), k, v, scale=self.scale, enable_gqa=True).squeeze(
+                2
+            )
+
         return call
 
 
 def bench_decode(args) -> None:
     print(f"\n== Decode attention (bf16, random slots; floor = bytes / {args.bw / 1e12:.2f} TB/s) ==")
-    hdr = (f"{'heads':>9} {'bs':>4} {'ctx':>5} {'splits':>6} {'err_ref':>9} {'err_sdpa':>9} {'triton_us':>10} "
-           f"{'floor_us':>9} {'%floor':>7} {'GB/s':>7} {'torch_us':>10} {'speedup':>7}")
+    hdr = (
+        f"{'heads':>9} {'bs':>4} {'ctx':>5} {'splits':>6} {'err_ref':>9} {'err_sdpa':>9} {'triton_us':>10} "
+        f"{'floor_us':>9} {'%floor':>7} {'GB/s':>7} {'torch_us':>10} {'speedup':>7}"
+    )
     print(hdr)
     for h, hkv, d, bs, ctx, grouped in DECODE_CASES:
         per_layer = bs * ctx * hkv * 2 * d * 2
@@ -196,9 +214,11 @@ def bench_decode(args) -> None:
         floor_ms = s.floor_bytes() / args.bw * 1e3
         splits = int(s.num_kv_splits.max().item())
         name = f"{h}/{hkv}" + ("" if grouped is None else ("/grp" if grouped else "/ph"))
-        print(f"{name:>9} {bs:>4} {ctx:>5} {splits:>6} {e_ref:>9} {e_sdpa:>9} {fmt_us(t_ms, mark)} "
-              f"{floor_ms * 1e3:9.1f} {100 * floor_ms / t_ms:6.0f}% {s.floor_bytes() / t_ms / 1e6:7.0f} "
-              f"{fmt_us(torch_ms, tmark)} {torch_ms / t_ms:6.1f}x")
+        print(
+            f"{name:>9} {bs:>4} {ctx:>5} {splits:>6} {e_ref:>9} {e_sdpa:>9} {fmt_us(t_ms, mark)} "
+            f"{floor_ms * 1e3:9.1f} {100 * floor_ms / t_ms:6.0f}% {s.floor_bytes() / t_ms / 1e6:7.0f} "
+            f"{fmt_us(torch_ms, tmark)} {torch_ms / t_ms:6.1f}x"
+        )
         del s
         torch.cuda.empty_cache()
 
@@ -207,8 +227,16 @@ def bench_decode(args) -> None:
 # Extend
 # ---------------------------------------------------------------------------------------------
 class ExtendSetup:
-    def __init__(self, prefix_lens: Sequence[int], extend_lens: Sequence[int], h: int, hkv: int, d: int,
-                 n_layers: int, seed: int = 0):
+    def __init__(
+        self,
+        prefix_lens: Sequence[int],
+        extend_lens: Sequence[int],
+        h: int,
+        hkv: int,
+        d: int,
+        n_layers: int,
+        seed: int = 0,
+    ):
         g = torch.Generator(device=DEV).manual_seed(seed)
         self.prefix_lens, self.extend_lens, self.h, self.hkv, self.d = list(prefix_lens), list(extend_lens), h, hkv, d
         bs = len(prefix_lens)
@@ -221,7 +249,7 @@ class ExtendSetup:
         slots = (torch.randperm(total, device=DEV, generator=g) + 1).to(torch.int32)
         at = 0
         for i, n in enumerate(seq):
-            self.req_to_token[i + 1, :n] = slots[at:at + n]
+            self.req_to_token[i + 1, :n] = slots[at : at + n]
             at += n
         self.rows = torch.arange(1, bs + 1, device=DEV)
         self.seq_lens = torch.tensor(seq, device=DEV)
@@ -240,23 +268,50 @@ class ExtendSetup:
 
     def triton_call(self, layer: int, config: Optional[dict] = None):
         def call():
-            extend_attention_fwd(self.q[layer], self.kx[layer], self.vx[layer], self.o, self.k_buf, self.v_buf,
-                                 self.req_to_token, self.rows, self.seq_lens, self.ext, self.start, self.max_ext,
-                                 self.scale, config=config)
+            extend_attention_fwd(
+                self.q[layer],
+                self.kx[layer],
+                self.vx[layer],
+                self.o,
+                self.k_buf,
+                self.v_buf,
+                self.req_to_token,
+                self.rows,
+                self.seq_lens,
+                self.ext,
+                self.start,
+                self.max_ext,
+                self.scale,
+                config=config,
+            )
+
         return call
 
     def sdpa_call(self, layer: int):
         """Only for a single request without prefix: flash SDPA, causal, GQA."""
+
         def call():
             q = self.q[layer].transpose(0, 1).unsqueeze(0)
             k = self.kx[layer].transpose(0, 1).unsqueeze(0)
             v = self.vx[layer].transpose(0, 1).unsqueeze(0)
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale, enable_gqa=True)
+
         return call
 
     def ref(self) -> torch.Tensor:
-        return extend_attention_ref(self.q[0], self.kx[0], self.vx[0], self.k_buf, self.v_buf, self.req_to_token,
-                                    self.rows, self.seq_lens, self.ext, self.start, self.scale)
+        return extend_attention_ref(
+            self.q[0],
+            self.kx[0],
+            self.vx[0],
+            self.k_buf,
+            self.v_buf,
+            self.req_to_token,
+            self.rows,
+            self.seq_lens,
+            self.ext,
+            self.start,
+            self.scale,
+        )
 
 
 EXTEND_HEADS = (32, 8, 128)
@@ -268,9 +323,13 @@ EXTEND_CASES = [
 
 
 def bench_extend(args) -> None:
-    print(f"\n== Extend attention (Llama-3-8B heads 32/8/128, bf16; floor = FLOPs / {args.flops / 1e12:.0f} TFLOP/s) ==")
-    print(f"{'case':>30} {'err_ref':>9} {'triton_us':>10} {'floor_us':>9} {'%floor':>7} {'TFLOP/s':>8} "
-          f"{'sdpa_us':>10} {'vs_sdpa':>7}")
+    print(
+        f"\n== Extend attention (Llama-3-8B heads 32/8/128, bf16; floor = FLOPs / {args.flops / 1e12:.0f} TFLOP/s) =="
+    )
+    print(
+        f"{'case':>30} {'err_ref':>9} {'triton_us':>10} {'floor_us':>9} {'%floor':>7} {'TFLOP/s':>8} "
+        f"{'sdpa_us':>10} {'vs_sdpa':>7}"
+    )
     for name, prefix, ext in EXTEND_CASES:
         s = ExtendSetup(prefix, ext, *EXTEND_HEADS, n_layers=4)
         s.triton_call(0)()
@@ -285,8 +344,10 @@ def bench_extend(args) -> None:
         if with_sdpa:
             sd_ms, smark = time_layers([s.sdpa_call(i) for i in range(4)])
             sdpa = f"{fmt_us(sd_ms, smark)} {sd_ms / t_ms:6.2f}x"
-        print(f"{name:>30} {err:>9} {fmt_us(t_ms, mark)} {floor_ms * 1e3:9.1f} {100 * floor_ms / t_ms:6.0f}% "
-              f"{s.flops() / t_ms / 1e9:8.0f} {sdpa}")
+        print(
+            f"{name:>30} {err:>9} {fmt_us(t_ms, mark)} {floor_ms * 1e3:9.1f} {100 * floor_ms / t_ms:6.0f}% "
+            f"{s.flops() / t_ms / 1e9:8.0f} {sdpa}"
+        )
         del s
         torch.cuda.empty_cache()
 
@@ -313,30 +374,56 @@ def bench_fused(args) -> None:
     cache = build_cos_sin_cache(8192, d, base=500000.0, device=DEV)
     pool_slots = 1 << 20
     g = torch.Generator(device=DEV).manual_seed(0)
-    rnd = lambda *shape: torch.randn(shape, device=DEV, dtype=DT, generator=g)  # noqa: E731
+    rnd = lambda *shape: torch.randn(shape, device=DEV, dtype=DT, generator=g)
     kb = torch.zeros((pool_slots, hk, d), device=DEV, dtype=DT)
     vb = torch.zeros((pool_slots, hk, d), device=DEV, dtype=DT)
     w = 1 + 0.1 * rnd(hidden)
-    ret = lambda a, r: (r,)  # noqa: E731  the returned tensor is the output
+    ret = lambda a, r: (r,)
     for n in FUSED_TOKENS:
         pos = torch.randint(0, 8192, (n,), device=DEV, generator=g)
         loc = torch.randperm(pool_slots - 1, device=DEV, generator=g)[:n] + 1
         # (name, bytes moved, input builder, triton fn, torch fn, outputs to compare)
         ops = [
-            (f"rmsnorm [{n},{hidden}]", 2 * n * hidden * 2, lambda: (rnd(n, hidden),),
-             lambda x: rmsnorm(x, w, 1e-6), lambda x: rmsnorm_ref(x, w, 1e-6), ret),
-            (f"fused_add_rmsnorm [{n},{hidden}]", 4 * n * hidden * 2, lambda: (rnd(n, hidden), rnd(n, hidden)),
-             lambda x, r: fused_add_rmsnorm(x, r, w, 1e-6), lambda x, r: fused_add_rmsnorm_ref(x, r, w, 1e-6),
-             lambda a, r: (r, a[1])),  # output and the updated residual
-            (f"silu_and_mul [{n},{2 * inter}]", 3 * n * inter * 2, lambda: (rnd(n, 2 * inter),),
-             silu_and_mul, silu_and_mul_ref, ret),
-            (f"rope q[{n},{hq}x{d}] k[{n},{hk}x{d}]", 2 * n * (hq + hk) * d * 2 + n * d * 4,
-             lambda: (rnd(n, hq * d), rnd(n, hk * d)),
-             lambda q, k: apply_rotary_emb_(pos, q, k, d, cache),
-             lambda q, k: apply_rotary_emb_ref(pos, q, k, d, cache), lambda a, r: r),  # both return (q, k)
-            (f"store_kv [{n},{hk},{d}]", 4 * n * hk * d * 2, lambda: (rnd(n, hk, d), rnd(n, hk, d)),
-             lambda k, v: store_kv(kb, vb, loc, k, v), lambda k, v: store_kv_ref(kb, vb, loc, k, v),
-             lambda a, r: (kb[loc].clone(), vb[loc].clone())),
+            (
+                f"rmsnorm [{n},{hidden}]",
+                2 * n * hidden * 2,
+                lambda: (rnd(n, hidden),),
+                lambda x: rmsnorm(x, w, 1e-6),
+                lambda x: rmsnorm_ref(x, w, 1e-6),
+                ret,
+            ),
+            (
+                f"fused_add_rmsnorm [{n},{hidden}]",
+                4 * n * hidden * 2,
+                lambda: (rnd(n, hidden), rnd(n, hidden)),
+                lambda x, r: fused_add_rmsnorm(x, r, w, 1e-6),
+                lambda x, r: fused_add_rmsnorm_ref(x, r, w, 1e-6),
+                lambda a, r: (r, a[1]),
+            ),  # output and the updated residual
+            (
+                f"silu_and_mul [{n},{2 * inter}]",
+                3 * n * inter * 2,
+                lambda: (rnd(n, 2 * inter),),
+                silu_and_mul,
+                silu_and_mul_ref,
+                ret,
+            ),
+            (
+                f"rope q[{n},{hq}x{d}] k[{n},{hk}x{d}]",
+                2 * n * (hq + hk) * d * 2 + n * d * 4,
+                lambda: (rnd(n, hq * d), rnd(n, hk * d)),
+                lambda q, k: apply_rotary_emb_(pos, q, k, d, cache),
+                lambda q, k: apply_rotary_emb_ref(pos, q, k, d, cache),
+                lambda a, r: r,
+            ),  # both return (q, k)
+            (
+                f"store_kv [{n},{hk},{d}]",
+                4 * n * hk * d * 2,
+                lambda: (rnd(n, hk, d), rnd(n, hk, d)),
+                lambda k, v: store_kv(kb, vb, loc, k, v),
+                lambda k, v: store_kv_ref(kb, vb, loc, k, v),
+                lambda a, r: (kb[loc].clone(), vb[loc].clone()),
+            ),
         ]
         for name, nbytes, make, tri, ref, outputs in ops:
             n_layers = layers_for(nbytes)
@@ -346,8 +433,10 @@ def bench_fused(args) -> None:
             err = check(name, _outputs_err(tri, ref, inputs[0], outputs))
             t_ms, mark = time_layers([(lambda a=a: tri(*a)) for a in inputs])
             r_ms, rmark = time_layers([(lambda a=a: ref(*a)) for a in inputs])
-            print(f"{name:>34} {err:>9} {fmt_us(t_ms, mark)} {nbytes / t_ms / 1e6:7.0f} {fmt_us(r_ms, rmark)} "
-                  f"{r_ms / t_ms:6.1f}x")
+            print(
+                f"{name:>34} {err:>9} {fmt_us(t_ms, mark)} {nbytes / t_ms / 1e6:7.0f} {fmt_us(r_ms, rmark)} "
+                f"{r_ms / t_ms:6.1f}x"
+            )
             del inputs
 
 
@@ -371,10 +460,14 @@ def sweep(args) -> None:
     h, hkv, d = SWEEP_HEADS
     ctx = args.sweep_ctx[0]
     forced = args.sweep_config_splits
-    print(f"\n== Sweep: decode stage-1 config (heads {h}/{hkv}/{d}, ctx {ctx}, "
-          f"splits {forced or 'heuristic'}) - us per call ==")
-    configs = [dict(BLOCK_N=bn, num_warps=w, num_stages=st)
-               for bn, w, st in itertools.product((16, 32, 64), (1, 2, 4), (1, 2, 3, 4))]
+    print(
+        f"\n== Sweep: decode stage-1 config (heads {h}/{hkv}/{d}, ctx {ctx}, "
+        f"splits {forced or 'heuristic'}) - us per call =="
+    )
+    configs = [
+        dict(BLOCK_N=bn, num_warps=w, num_stages=st)
+        for bn, w, st in itertools.product((16, 32, 64), (1, 2, 4), (1, 2, 3, 4))
+    ]
     configs += [dict(BLOCK_N=128, num_warps=w, num_stages=st) for w, st in itertools.product((4, 8), (1, 2))]
     for bs in args.sweep_bs:
         n_layers = layers_for(bs * ctx * hkv * 2 * d * 2)
@@ -391,7 +484,7 @@ def sweep(args) -> None:
                     continue
                 t_ms, _ = time_layers([s.triton_call(i, config=cfg) for i in range(n_layers)])
                 results.append((t_ms, cfg, ""))
-            except Exception as e:  # e.g. out of shared memory
+            except Exception as e:  # noqa: BLE001 - e.g. out of shared memory
                 results.append((math.inf, cfg, type(e).__name__))
         t_default, _ = time_layers([s.triton_call(i) for i in range(n_layers)])
         results.sort(key=lambda r: r[0])
@@ -402,10 +495,15 @@ def sweep(args) -> None:
         torch.cuda.empty_cache()
 
     split_choices = (1, 2, 3, 4, 8)
-    print(f"\n== Sweep: forced split counts vs the heuristic (max_kv_splits {args.max_kv_splits}), "
-          f"us per layer (% of the byte floor) ==")
-    print(f"{'ctx':>5} {'bs':>4} " + " ".join(f"{f'{n} split':>14}" for n in split_choices)
-          + "   heuristic picks (waves 2 / 3 / 4)")
+    print(
+        f"\n== Sweep: forced split counts vs the heuristic (max_kv_splits {args.max_kv_splits}), "
+        f"us per layer (% of the byte floor) =="
+    )
+    print(
+        f"{'ctx':>5} {'bs':>4} "
+        + " ".join(f"{f'{n} split':>14}" for n in split_choices)
+        + "   heuristic picks (waves 2 / 3 / 4)"
+    )
     for ctx_i, bs in itertools.product(args.sweep_ctx, args.sweep_splits_bs):
         n_layers = layers_for(bs * ctx_i * hkv * 2 * d * 2)
         s = DecodeSetup(bs, ctx_i, h, hkv, d, args.max_kv_splits, n_layers)
@@ -423,9 +521,20 @@ def sweep(args) -> None:
     if args.no_extend_sweep:
         return
     print(f"\n== Sweep: extend config ({EXTEND_CASES[0][0]}; {EXTEND_CASES[1][0]}) ==")
-    ext_cfgs = [dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st) for bm, bn, w, st in
-                [(128, 64, 8, 2), (128, 64, 8, 3), (128, 32, 8, 2), (128, 128, 8, 2), (64, 64, 4, 2),
-                 (64, 64, 4, 3), (64, 128, 4, 2), (64, 32, 4, 2), (128, 64, 4, 2)]]
+    ext_cfgs = [
+        dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st)
+        for bm, bn, w, st in [
+            (128, 64, 8, 2),
+            (128, 64, 8, 3),
+            (128, 32, 8, 2),
+            (128, 128, 8, 2),
+            (64, 64, 4, 2),
+            (64, 64, 4, 3),
+            (64, 128, 4, 2),
+            (64, 32, 4, 2),
+            (128, 64, 4, 2),
+        ]
+    ]
     for name, prefix, ext in EXTEND_CASES[:2]:
         s = ExtendSetup(prefix, ext, *EXTEND_HEADS, n_layers=2)
         ref = s.ref()
@@ -437,7 +546,7 @@ def sweep(args) -> None:
                 ok = rel_err(s.o, ref) < TOL
                 t_ms, _ = time_layers([s.triton_call(i, cfg) for i in range(2)])
                 print(f"    {t_ms * 1e3:8.1f} us ({100 * floor_ms / t_ms:3.0f}% floor) {cfg}{'' if ok else ' WRONG'}")
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001
                 print(f"    {'-':>8}    {cfg} {type(e).__name__}")
         del s
         torch.cuda.empty_cache()
@@ -450,13 +559,27 @@ def main() -> int:
     ap.add_argument("--max-kv-splits", type=int, default=16)
     ap.add_argument("--only", default="decode,extend,fused", help="comma list of decode,extend,fused")
     ap.add_argument("--sweep", action="store_true", help="also sweep launch configs / split heuristic")
-    ap.add_argument("--sweep-ctx", type=int, nargs="+", default=[SWEEP_CTX],
-                    help="context lengths of the split table (the config sweep uses the first)")
+    ap.add_argument(
+        "--sweep-ctx",
+        type=int,
+        nargs="+",
+        default=[SWEEP_CTX],
+        help="context lengths of the split table (the config sweep uses the first)",
+    )
     ap.add_argument("--sweep-bs", type=int, nargs="+", default=list(SWEEP_BS), help="batch sizes of the config sweep")
-    ap.add_argument("--sweep-config-splits", type=int, default=None,
-                    help="split count of every request in the config sweep (default: the heuristic's)")
-    ap.add_argument("--sweep-splits-bs", type=int, nargs="+", default=[16, 32, 64, 128],
-                    help="batch sizes of the forced-split table")
+    ap.add_argument(
+        "--sweep-config-splits",
+        type=int,
+        default=None,
+        help="split count of every request in the config sweep (default: the heuristic's)",
+    )
+    ap.add_argument(
+        "--sweep-splits-bs",
+        type=int,
+        nargs="+",
+        default=[16, 32, 64, 128],
+        help="batch sizes of the forced-split table",
+    )
     ap.add_argument("--no-extend-sweep", action="store_true")
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -470,8 +593,14 @@ def main() -> int:
         sections[name.strip()](args)
     if args.sweep:
         sweep(args)
-    print(f"\n{time.time() - t0:.0f} s; " + ("all correctness checks passed" if not FAILURES else
-                                            f"{len(FAILURES)} CHECK FAILURES:\n  " + "\n  ".join(FAILURES)))
+    print(
+        f"\n{time.time() - t0:.0f} s; "
+        + (
+            "all correctness checks passed"
+            if not FAILURES
+            else f"{len(FAILURES)} CHECK FAILURES:\n  " + "\n  ".join(FAILURES)
+        )
+    )
     return 1 if FAILURES else 0
 
 

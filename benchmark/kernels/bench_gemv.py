@@ -21,10 +21,17 @@ import torch
 
 from sglang.srt.layers.triton_ops.gemv import gemv, gemv_ref
 
-SHAPES = {"qkv": (6144, 4096), "o_proj": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336),
-          "lm_head": (128256, 4096)}
-CONFIGS = [dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=w) for bn, bk, w in
-           itertools.product((4, 8, 16), (256, 512, 1024), (2, 4, 8))]
+SHAPES = {
+    "qkv": (6144, 4096),
+    "o_proj": (4096, 4096),
+    "gate_up": (28672, 4096),
+    "down": (4096, 14336),
+    "lm_head": (128256, 4096),
+}
+CONFIGS = [
+    dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=w)
+    for bn, bk, w in itertools.product((4, 8, 16), (256, 512, 1024), (2, 4, 8))
+]
 CALLS = 16
 
 
@@ -89,8 +96,19 @@ def main(argv=None) -> None:
         t_best, cfg = results[0]
         best_cfgs[f"{n}x{k}"] = cfg
         gb = n * k * 2 / 1e9
-        rows.append((name, n, k, t_torch, gb / t_torch * 1e3, t_best, gb / t_best * 1e3, cfg,
-                     [f"{t:.1f}" for t, _ in results[:5]]))
+        rows.append(
+            (
+                name,
+                n,
+                k,
+                t_torch,
+                gb / t_torch * 1e3,
+                t_best,
+                gb / t_best * 1e3,
+                cfg,
+                [f"{t:.1f}" for t, _ in results[:5]],
+            )
+        )
     print(f"{'matrix':8} {'N x K':>12} {'cuBLAS us':>9} {'TB/s':>5} {'gemv us':>8} {'TB/s':>5}  best config (top-5 us)")
     for r in rows:
         print(f"{r[0]:8} {r[1]:>5}x{r[2]:<6} {r[3]:9.2f} {r[4]:5.2f} {r[5]:8.2f} {r[6]:5.2f}  {r[7]} {r[8]}")

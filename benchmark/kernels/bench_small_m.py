@@ -21,14 +21,21 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gemv import SHAPES, rotating_weights, sweep_configs  # noqa: E402
+from bench_gemv import SHAPES, rotating_weights, sweep_configs
 
-from sglang.srt.layers.triton_ops.small_m_gemm import block_m_for, small_m_matmul  # noqa: E402
+from sglang.srt.layers.triton_ops.small_m_gemm import block_m_for, small_m_matmul
 
-LOOPS = [dict(PREFETCH=0, num_stages=3), dict(PREFETCH=0, num_stages=4), dict(PREFETCH=0, num_stages=5),
-         dict(PREFETCH=1, num_stages=1), dict(PREFETCH=1, num_stages=3)]
-CONFIGS = [dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=4, **loop)
-           for bn, bk, loop in itertools.product((16, 32, 64), (64, 128, 256), LOOPS)]
+LOOPS = [
+    dict(PREFETCH=0, num_stages=3),
+    dict(PREFETCH=0, num_stages=4),
+    dict(PREFETCH=0, num_stages=5),
+    dict(PREFETCH=1, num_stages=1),
+    dict(PREFETCH=1, num_stages=3),
+]
+CONFIGS = [
+    dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=4, **loop)
+    for bn, bk, loop in itertools.product((16, 32, 64), (64, 128, 256), LOOPS)
+]
 MARGIN = 0.98  # adopt a config only when it is at least 2% faster than cuBLAS
 
 
@@ -49,11 +56,23 @@ def main(argv=None) -> None:
             if t_best < MARGIN * t_cublas:
                 adopted[f"{n}x{k}x{block_m_for(m)}"] = cfg
             gb = n * k * 2 / 1e9
-            rows.append((name, m, t_cublas, gb / t_cublas * 1e3, t_best, gb / t_best * 1e3, cfg,
-                         [f"{t:.1f}" for t, _ in results[1:5]]))
+            rows.append(
+                (
+                    name,
+                    m,
+                    t_cublas,
+                    gb / t_cublas * 1e3,
+                    t_best,
+                    gb / t_best * 1e3,
+                    cfg,
+                    [f"{t:.1f}" for t, _ in results[1:5]],
+                )
+            )
         del ws
         torch.cuda.empty_cache()
-    print(f"{'matrix':8} {'M':>3} {'cuBLAS us':>9} {'TB/s':>5} {'ours us':>8} {'TB/s':>5} {'ratio':>6}  best config (next 4 us)")
+    print(
+        f"{'matrix':8} {'M':>3} {'cuBLAS us':>9} {'TB/s':>5} {'ours us':>8} {'TB/s':>5} {'ratio':>6}  best config (next 4 us)"
+    )
     for r in rows:
         print(f"{r[0]:8} {r[1]:>3} {r[2]:9.2f} {r[3]:5.2f} {r[4]:8.2f} {r[5]:5.2f} {r[2] / r[4]:5.2f}x  {r[6]} {r[7]}")
     if args.out:

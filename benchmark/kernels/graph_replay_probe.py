@@ -42,10 +42,16 @@ def main():
     a, b = make(pool), make(pool)
     c = make()
     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    e0.record(); a.replay(); e1.record(); torch.cuda.synchronize()
+    e0.record()
+    a.replay()
+    e1.record()
+    torch.cuda.synchronize()
     print(f"one replay: gpu {e0.elapsed_time(e1):.2f} ms")
-    for name, first, second in (("same graph", a, a), ("other graph, shared pool", a, b),
-                                ("other graph, own pool", a, c)):
+    for name, first, second in (
+        ("same graph", a, a),
+        ("other graph, shared pool", a, b),
+        ("other graph, own pool", a, c),
+    ):
         torch.cuda.synchronize()
         t1 = host_ms(first.replay)
         t2 = host_ms(second.replay)

@@ -29,16 +29,16 @@ class RequestResult:
     success: bool = False
     status: int = 0
     error: str = ""
-    prompt_len: int = 0                 # server-reported when available, else planned
-    output_len: int = 0                 # server-reported completion tokens (0 if unknown)
+    prompt_len: int = 0  # server-reported when available, else planned
+    output_len: int = 0  # server-reported completion tokens (0 if unknown)
     cached_tokens: Optional[int] = None
     generated_text: str = ""
     ttft: float = 0.0
     latency: float = 0.0
     itl: List[float] = field(default_factory=list)
     chunk_tokens: List[int] = field(default_factory=list)
-    frames: int = 0                     # SSE data frames with content
-    start: float = 0.0                  # perf_counter at send
+    frames: int = 0  # SSE data frames with content
+    start: float = 0.0  # perf_counter at send
     finish_reason: Any = None
 
 
@@ -50,7 +50,7 @@ class RequestConfig:
     ignore_eos: bool = True
     temperature: float = 0.0
     extra_body: Dict[str, Any] = field(default_factory=dict)
-    send_token_ids: bool = True         # native backend: send input_ids (exact lengths) rather than text
+    send_token_ids: bool = True  # native backend: send input_ids (exact lengths) rather than text
 
 
 async def _sse_payloads(resp: aiohttp.ClientResponse) -> AsyncIterator[Any]:
@@ -109,8 +109,11 @@ def _error_text(obj: Dict[str, Any]) -> Optional[str]:
 # ---------------------------------------------------------------------------- native /generate
 async def request_native(session: aiohttp.ClientSession, cfg: RequestConfig, req: BenchRequest) -> RequestResult:
     body: Dict[str, Any] = {
-        "sampling_params": {"max_new_tokens": req.output_len, "temperature": cfg.temperature,
-                            "ignore_eos": cfg.ignore_eos},
+        "sampling_params": {
+            "max_new_tokens": req.output_len,
+            "temperature": cfg.temperature,
+            "ignore_eos": cfg.ignore_eos,
+        },
         "stream": cfg.stream,
     }
     if cfg.send_token_ids and req.prompt_ids is not None:
@@ -164,8 +167,13 @@ async def request_native(session: aiohttp.ClientSession, cfg: RequestConfig, req
 
 # ---------------------------------------------------------------------------- OpenAI routes
 def _oai_body(cfg: RequestConfig, req: BenchRequest, chat: bool) -> Dict[str, Any]:
-    body: Dict[str, Any] = {"model": cfg.model, "max_tokens": req.output_len, "temperature": cfg.temperature,
-                            "stream": cfg.stream, "ignore_eos": cfg.ignore_eos}
+    body: Dict[str, Any] = {
+        "model": cfg.model,
+        "max_tokens": req.output_len,
+        "temperature": cfg.temperature,
+        "stream": cfg.stream,
+        "ignore_eos": cfg.ignore_eos,
+    }
     if cfg.stream:
         body["stream_options"] = {"include_usage": True}
     if chat:
@@ -190,8 +198,9 @@ def _apply_usage(out: RequestResult, usage: Optional[Dict[str, Any]]) -> None:
         out.cached_tokens = int(details["cached_tokens"])
 
 
-async def _request_oai(session: aiohttp.ClientSession, cfg: RequestConfig, req: BenchRequest,
-                       chat: bool) -> RequestResult:
+async def _request_oai(
+    session: aiohttp.ClientSession, cfg: RequestConfig, req: BenchRequest, chat: bool
+) -> RequestResult:
     path = "/v1/chat/completions" if chat else "/v1/completions"
     out = RequestResult(prompt_len=req.prompt_len, start=time.perf_counter())
     timer = _Timer(out)
@@ -235,8 +244,9 @@ async def _request_oai(session: aiohttp.ClientSession, cfg: RequestConfig, req: 
     return out
 
 
-async def request_oai_completions(session: aiohttp.ClientSession, cfg: RequestConfig,
-                                  req: BenchRequest) -> RequestResult:
+async def request_oai_completions(
+    session: aiohttp.ClientSession, cfg: RequestConfig, req: BenchRequest
+) -> RequestResult:
     return await _request_oai(session, cfg, req, chat=False)
 
 

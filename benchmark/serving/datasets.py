@@ -21,13 +21,13 @@ DATASETS = ("random", "random-ids", "generated-shared-prefix", "sharegpt")
 
 @dataclass
 class BenchRequest:
-    prompt: str                          # the whole prompt as text (system + question for gsp)
-    prompt_len: int                      # planned prompt tokens
-    output_len: int                      # max_new_tokens to ask for
+    prompt: str  # the whole prompt as text (system + question for gsp)
+    prompt_len: int  # planned prompt tokens
+    output_len: int  # max_new_tokens to ask for
     prompt_ids: Optional[List[int]] = None
-    system: Optional[str] = None         # chat backends: the system message (gsp); prompt is then the user turn
+    system: Optional[str] = None  # chat backends: the system message (gsp); prompt is then the user turn
     user: Optional[str] = None
-    group: int = -1                      # gsp group index, -1 otherwise
+    group: int = -1  # gsp group index, -1 otherwise
     extra: Dict[str, Any] = field(default_factory=dict)
 
 
@@ -57,8 +57,15 @@ def load_corpus_ids(tokenizer: Any, path: Optional[str] = None) -> List[int]:
     return ids
 
 
-def sample_random(tokenizer: Any, num: int, input_len: int, output_len: int, range_ratio: float,
-                  rng: np.random.Generator, corpus: Optional[str] = None) -> List[BenchRequest]:
+def sample_random(
+    tokenizer: Any,
+    num: int,
+    input_len: int,
+    output_len: int,
+    range_ratio: float,
+    rng: np.random.Generator,
+    corpus: Optional[str] = None,
+) -> List[BenchRequest]:
     """Windows of the corpus at random offsets (the corpus repeats when a window is longer)."""
     ids = load_corpus_ids(tokenizer, corpus)
     in_lens = _lengths(rng, num, input_len, range_ratio)
@@ -67,27 +74,39 @@ def sample_random(tokenizer: Any, num: int, input_len: int, output_len: int, ran
     for n_in, n_out in zip(in_lens, out_lens):
         start = int(rng.integers(0, len(ids)))
         window = [ids[(start + k) % len(ids)] for k in range(int(n_in))]
-        reqs.append(BenchRequest(prompt=_decode(tokenizer, window), prompt_len=int(n_in), output_len=int(n_out),
-                                 prompt_ids=window))
+        reqs.append(
+            BenchRequest(
+                prompt=_decode(tokenizer, window), prompt_len=int(n_in), output_len=int(n_out), prompt_ids=window
+            )
+        )
     return reqs
 
 
-def sample_random_ids(tokenizer: Any, num: int, input_len: int, output_len: int, range_ratio: float,
-                      rng: np.random.Generator) -> List[BenchRequest]:
+def sample_random_ids(
+    tokenizer: Any, num: int, input_len: int, output_len: int, range_ratio: float, rng: np.random.Generator
+) -> List[BenchRequest]:
     pool = _ordinary_token_ids(tokenizer)
     in_lens = _lengths(rng, num, input_len, range_ratio)
     out_lens = _lengths(rng, num, output_len, range_ratio)
     reqs = []
     for n_in, n_out in zip(in_lens, out_lens):
         ids = rng.choice(pool, size=int(n_in)).tolist()
-        reqs.append(BenchRequest(prompt=_decode(tokenizer, ids), prompt_len=int(n_in), output_len=int(n_out),
-                                 prompt_ids=ids))
+        reqs.append(
+            BenchRequest(prompt=_decode(tokenizer, ids), prompt_len=int(n_in), output_len=int(n_out), prompt_ids=ids)
+        )
     return reqs
 
 
-def sample_generated_shared_prefix(tokenizer: Any, num_groups: int, prompts_per_group: int, system_len: int,
-                                   question_len: int, output_len: int, rng: np.random.Generator,
-                                   ordered: bool = False) -> List[BenchRequest]:
+def sample_generated_shared_prefix(
+    tokenizer: Any,
+    num_groups: int,
+    prompts_per_group: int,
+    system_len: int,
+    question_len: int,
+    output_len: int,
+    rng: np.random.Generator,
+    ordered: bool = False,
+) -> List[BenchRequest]:
     """Each group: one random-token system prompt shared by its prompts, each with its own question.
 
     Shuffled by default so groups interleave the way independent users would; --gsp-ordered keeps
@@ -100,9 +119,17 @@ def sample_generated_shared_prefix(tokenizer: Any, num_groups: int, prompts_per_
         for _ in range(prompts_per_group):
             q_ids = rng.choice(pool, size=question_len).tolist()
             q_text = _decode(tokenizer, q_ids)
-            reqs.append(BenchRequest(prompt=sys_text + q_text, prompt_len=system_len + question_len,
-                                     output_len=output_len, prompt_ids=sys_ids + q_ids, system=sys_text,
-                                     user=q_text, group=g))
+            reqs.append(
+                BenchRequest(
+                    prompt=sys_text + q_text,
+                    prompt_len=system_len + question_len,
+                    output_len=output_len,
+                    prompt_ids=sys_ids + q_ids,
+                    system=sys_text,
+                    user=q_text,
+                    group=g,
+                )
+            )
     if not ordered:
         order = rng.permutation(len(reqs))
         reqs = [reqs[i] for i in order]
@@ -121,8 +148,14 @@ def _conversation_pairs(entry: Dict[str, Any]) -> Optional[tuple]:
     return text(turns[0]), text(turns[1])
 
 
-def sample_sharegpt(tokenizer: Any, path: str, num: int, rng: np.random.Generator,
-                    fixed_output_len: Optional[int] = None, context_len: Optional[int] = None) -> List[BenchRequest]:
+def sample_sharegpt(
+    tokenizer: Any,
+    path: str,
+    num: int,
+    rng: np.random.Generator,
+    fixed_output_len: Optional[int] = None,
+    context_len: Optional[int] = None,
+) -> List[BenchRequest]:
     """First exchange of each conversation; the answer's length becomes max_new_tokens.
 
     Drops pairs too short to measure (< 4 tokens either side) and pairs whose prompt + answer
@@ -138,8 +171,11 @@ def sample_sharegpt(tokenizer: Any, path: str, num: int, rng: np.random.Generato
             continue
         prompt, answer = pair
         p_ids = tokenizer.encode(prompt, add_special_tokens=False)
-        n_out = fixed_output_len if fixed_output_len is not None else len(
-            tokenizer.encode(answer, add_special_tokens=False))
+        n_out = (
+            fixed_output_len
+            if fixed_output_len is not None
+            else len(tokenizer.encode(answer, add_special_tokens=False))
+        )
         if len(p_ids) < 4 or n_out < 4 or len(p_ids) + n_out > limit:
             continue
         reqs.append(BenchRequest(prompt=prompt, prompt_len=len(p_ids), output_len=int(n_out), prompt_ids=p_ids))
@@ -154,18 +190,34 @@ def build_requests(args: Any, tokenizer: Any) -> List[BenchRequest]:
     rng = np.random.default_rng(args.seed)
     name = args.dataset_name
     if name == "random":
-        return sample_random(tokenizer, args.num_prompts, args.random_input_len, args.random_output_len,
-                             args.random_range_ratio, rng, args.corpus)
+        return sample_random(
+            tokenizer,
+            args.num_prompts,
+            args.random_input_len,
+            args.random_output_len,
+            args.random_range_ratio,
+            rng,
+            args.corpus,
+        )
     if name == "random-ids":
-        return sample_random_ids(tokenizer, args.num_prompts, args.random_input_len, args.random_output_len,
-                                 args.random_range_ratio, rng)
+        return sample_random_ids(
+            tokenizer, args.num_prompts, args.random_input_len, args.random_output_len, args.random_range_ratio, rng
+        )
     if name == "generated-shared-prefix":
-        return sample_generated_shared_prefix(tokenizer, args.gsp_num_groups, args.gsp_prompts_per_group,
-                                              args.gsp_system_prompt_len, args.gsp_question_len,
-                                              args.gsp_output_len, rng, args.gsp_ordered)
+        return sample_generated_shared_prefix(
+            tokenizer,
+            args.gsp_num_groups,
+            args.gsp_prompts_per_group,
+            args.gsp_system_prompt_len,
+            args.gsp_question_len,
+            args.gsp_output_len,
+            rng,
+            args.gsp_ordered,
+        )
     if name == "sharegpt":
         if not args.dataset_path:
             raise ValueError("--dataset-name sharegpt needs --dataset-path FILE.json (no downloads here)")
-        return sample_sharegpt(tokenizer, args.dataset_path, args.num_prompts, rng, args.sharegpt_output_len,
-                               args.sharegpt_context_len)
+        return sample_sharegpt(
+            tokenizer, args.dataset_path, args.num_prompts, rng, args.sharegpt_output_len, args.sharegpt_context_len
+        )
     raise ValueError(f"unknown dataset {name!r}; choose from {', '.join(DATASETS)}")

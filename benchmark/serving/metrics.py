@@ -12,9 +12,11 @@ from .client import RequestResult
 
 def _stats(values: Sequence[float], scale: float, prefix: str, pcts: Sequence[int]) -> Dict[str, float]:
     arr = np.asarray(values, dtype=float) * scale
-    out = {f"mean_{prefix}": float(arr.mean()) if arr.size else 0.0,
-           f"median_{prefix}": float(np.median(arr)) if arr.size else 0.0,
-           f"std_{prefix}": float(arr.std()) if arr.size else 0.0}
+    out = {
+        f"mean_{prefix}": float(arr.mean()) if arr.size else 0.0,
+        f"median_{prefix}": float(np.median(arr)) if arr.size else 0.0,
+        f"std_{prefix}": float(arr.std()) if arr.size else 0.0,
+    }
     for p in pcts:
         out[f"p{p}_{prefix}"] = float(np.percentile(arr, p)) if arr.size else 0.0
     return out
@@ -42,8 +44,9 @@ def retokenized_len(tokenizer: Any, text: str) -> int:
     return len(tokenizer.encode(text, add_special_tokens=False))
 
 
-def summarize(results: Sequence[RequestResult], duration: float, tokenizer: Any,
-              server_info: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+def summarize(
+    results: Sequence[RequestResult], duration: float, tokenizer: Any, server_info: Optional[Dict[str, Any]] = None
+) -> Dict[str, Any]:
     ok = [r for r in results if r.success]
     failed = [r for r in results if not r.success]
     retok = [retokenized_len(tokenizer, r.generated_text) for r in ok] if tokenizer is not None else []

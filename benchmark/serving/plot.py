@@ -7,10 +7,10 @@ from typing import Any, Dict, List, Sequence
 import matplotlib
 
 matplotlib.use("Agg")  # files only; no display on servers
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from .client import RequestResult  # noqa: E402
+from .client import RequestResult
 
 
 def _cdf(ax: Any, values_ms: Sequence[float], label: str) -> None:
@@ -64,14 +64,19 @@ def plot_compare(runs: List[Dict[str, Any]], labels: List[str], path: str, title
     colors = ["#4C72B0", "#DD8452", "#55A868", "#C44E52"]
     for ax, (key, name) in zip(axes, metrics):
         vals = [float(r.get(key) or 0.0) for r in runs]
-        bars = ax.bar(range(len(runs)), vals, color=colors[:len(runs)])
+        bars = ax.bar(range(len(runs)), vals, color=colors[: len(runs)])
         ax.set_xticks(range(len(runs)), labels, fontsize=8)
         ax.set_title(name, fontsize=9)
         for b, v in zip(bars, vals):
-            ax.annotate(f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}", (b.get_x() + b.get_width() / 2, b.get_height()), ha="center",
-                        va="bottom", fontsize=8)
+            ax.annotate(
+                f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}",
+                (b.get_x() + b.get_width() / 2, b.get_height()),
+                ha="center",
+                va="bottom",
+                fontsize=8,
+            )
         ax.set_ylim(0, max(vals) * 1.2 if max(vals) > 0 else 1.0)
-    for ax in axes[len(metrics):]:
+    for ax in axes[len(metrics) :]:
         ax.axis("off")
     if title:
         fig.suptitle(title, fontsize=10)

@@ -20,8 +20,9 @@ READ_BUFSIZE = 1 << 22
 
 def make_session() -> aiohttp.ClientSession:
     # No client-side limits: the benchmark's own semaphore is the only concurrency cap.
-    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
-                                 timeout=aiohttp.ClientTimeout(total=None), read_bufsize=READ_BUFSIZE)
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=None), read_bufsize=READ_BUFSIZE
+    )
 
 
 def arrival_gaps(n: int, request_rate: float, seed: int) -> np.ndarray:
@@ -31,15 +32,22 @@ def arrival_gaps(n: int, request_rate: float, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).exponential(1.0 / request_rate, size=n)
 
 
-async def run_requests(request_fn: Callable, cfg: RequestConfig, reqs: Sequence[BenchRequest],
-                       request_rate: float = float("inf"), max_concurrency: Optional[int] = None,
-                       seed: int = 1, show_progress: bool = True) -> Tuple[List[RequestResult], float, float]:
+async def run_requests(
+    request_fn: Callable,
+    cfg: RequestConfig,
+    reqs: Sequence[BenchRequest],
+    request_rate: float = float("inf"),
+    max_concurrency: Optional[int] = None,
+    seed: int = 1,
+    show_progress: bool = True,
+) -> Tuple[List[RequestResult], float, float]:
     """Returns (results in request order, benchmark duration in s, perf_counter at start)."""
     sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
     pbar = tqdm(total=len(reqs), disable=not show_progress, desc="requests")
     gaps = arrival_gaps(len(reqs), request_rate, seed)
 
     async with make_session() as session:
+
         async def one(req: BenchRequest) -> RequestResult:
             if sem is None:
                 res = await request_fn(session, cfg, req)
@@ -61,14 +69,17 @@ async def run_requests(request_fn: Callable, cfg: RequestConfig, reqs: Sequence[
     return list(results), duration, t0
 
 
-async def warmup(request_fn: Callable, cfg: RequestConfig, reqs: Sequence[BenchRequest], n: int,
-                 output_len: int = 4) -> List[RequestResult]:
+async def warmup(
+    request_fn: Callable, cfg: RequestConfig, reqs: Sequence[BenchRequest], n: int, output_len: int = 4
+) -> List[RequestResult]:
     """n short requests built from the first prompts (not timed; loads kernels and the tokenizer path)."""
     if n <= 0 or not reqs:
         return []
     import dataclasses
 
-    warm = [dataclasses.replace(reqs[i % len(reqs)], output_len=min(output_len, reqs[i % len(reqs)].output_len))
-            for i in range(n)]
+    warm = [
+        dataclasses.replace(reqs[i % len(reqs)], output_len=min(output_len, reqs[i % len(reqs)].output_len))
+        for i in range(n)
+    ]
     async with make_session() as session:
         return list(await asyncio.gather(*[request_fn(session, cfg, r) for r in warm]))

@@ -39,8 +39,9 @@ class BaseBackend:
         """Yields (new_text, meta_info) pieces; the default is one piece with everything."""
         yield self.generate(s, sampling_params)
 
-    def select(self, s: Any, choices: Sequence[str], temperature: float,
-               choices_method: ChoicesSamplingMethod) -> ChoicesDecision:
+    def select(
+        self, s: Any, choices: Sequence[str], temperature: float, choices_method: ChoicesSamplingMethod
+    ) -> ChoicesDecision:
         raise NotImplementedError
 
     def flush_cache(self) -> None:
@@ -57,8 +58,9 @@ def _prefill_only(text: Union[str, List[str]]) -> Dict[str, Any]:
     return {"text": text, "sampling_params": {"max_new_tokens": 0}}
 
 
-def choice_token_entries(entries: Sequence[Sequence[Any]], prefix: str, choice: str,
-                         prefix_tokens_hint: int) -> List[Sequence[Any]]:
+def choice_token_entries(
+    entries: Sequence[Sequence[Any]], prefix: str, choice: str, prefix_tokens_hint: int
+) -> List[Sequence[Any]]:
     """The logprob entries of `prefix + choice` that cover the choice.
 
     The request starts its logprobs two tokens before the end of the prefix because `prefix + choice`
@@ -71,7 +73,7 @@ def choice_token_entries(entries: Sequence[Sequence[Any]], prefix: str, choice: 
     end = len(combined)  # where the text of entries[i] must end
     for i in range(len(entries) - 1, -1, -1):
         if end <= len(prefix):
-            return list(entries[i + 1:])  # entries[i] lies wholly inside the prefix
+            return list(entries[i + 1 :])  # entries[i] lies wholly inside the prefix
         text = entries[i][2] if len(entries[i]) > 2 else None
         if not isinstance(text, str) or not combined[:end].endswith(text):
             break  # texts unusable (missing, or per-token decoding is not lossless): use the hint
@@ -121,8 +123,11 @@ class NativeApiBackend(BaseBackend):
     def _generate_payload(text: str, sp: SglSamplingParams) -> Dict[str, Any]:
         return {
             "text": text,
-            "sampling_params": {"skip_special_tokens": True, "spaces_between_special_tokens": True,
-                                **sp.to_srt_kwargs()},
+            "sampling_params": {
+                "skip_special_tokens": True,
+                "spaces_between_special_tokens": True,
+                **sp.to_srt_kwargs(),
+            },
             **sp.logprob_kwargs(),
         }
 
@@ -138,35 +143,42 @@ class NativeApiBackend(BaseBackend):
             if not text.startswith(sent):
                 # Text already handed out cannot be taken back; continue from its length.
                 logger.warning("streamed text is not cumulative; continuing from its length")
-            piece = text[len(sent):]
+            piece = text[len(sent) :]
             sent += piece
             yield piece, chunk.get("meta_info", {})
 
-    def select(self, s: Any, choices: Sequence[str], temperature: float,
-               choices_method: ChoicesSamplingMethod) -> ChoicesDecision:
+    def select(
+        self, s: Any, choices: Sequence[str], temperature: float, choices_method: ChoicesSamplingMethod
+    ) -> ChoicesDecision:
         prefix = s.text_  # temperature is always 0 here: sgl.select rejects anything else
         # 1) Prefill the shared prefix once (the batch below then hits the cache) and learn its length.
         prompt_len = self._request(_prefill_only(prefix))["meta_info"]["prompt_tokens"] if prefix else 0
         # 2) Score all choices in one batch; start two tokens early to see through seam re-tokenization.
         start = max(prompt_len - 2, 0)
-        outs = self._request({
-            "text": [prefix + c for c in choices],
-            "sampling_params": {"max_new_tokens": 0, "temperature": 0},
-            "return_logprob": True,
-            "return_text_in_logprobs": True,
-            "logprob_start_len": start,
-        })
-        entries = [choice_token_entries(o["meta_info"]["input_token_logprobs"], prefix, c, prompt_len - start)
-                   for o, c in zip(outs, choices)]
+        outs = self._request(
+            {
+                "text": [prefix + c for c in choices],
+                "sampling_params": {"max_new_tokens": 0, "temperature": 0},
+                "return_logprob": True,
+                "return_text_in_logprobs": True,
+                "logprob_start_len": start,
+            }
+        )
+        entries = [
+            choice_token_entries(o["meta_info"]["input_token_logprobs"], prefix, c, prompt_len - start)
+            for o, c in zip(outs, choices)
+        ]
         unconditional = None
         if choices_method.requires_unconditional_logprobs:
             # 3) The same tokens without any context: how likely each choice is on its own.
-            uncond_outs = self._request({
-                "input_ids": [[e[1] for e in ents] for ents in entries],
-                "sampling_params": {"max_new_tokens": 0},
-                "return_logprob": True,
-                "logprob_start_len": 0,
-            })
+            uncond_outs = self._request(
+                {
+                    "input_ids": [[e[1] for e in ents] for ents in entries],
+                    "sampling_params": {"max_new_tokens": 0},
+                    "return_logprob": True,
+                    "logprob_start_len": 0,
+                }
+            )
             unconditional = [o["meta_info"]["input_token_logprobs"] for o in uncond_outs]
         return choices_method(
             choices=list(choices),

@@ -8,16 +8,27 @@ from sglang.lang.backend.base_backend import NativeApiBackend
 from sglang.lang.chat_template import ChatTemplate, chat_template_for_model, get_chat_template
 
 # /generate body fields that Engine.generate takes as keyword arguments of the same name.
-_PASSTHROUGH = ("input_ids", "sampling_params", "return_logprob", "logprob_start_len", "top_logprobs_num",
-                "return_text_in_logprobs")
+_PASSTHROUGH = (
+    "input_ids",
+    "sampling_params",
+    "return_logprob",
+    "logprob_start_len",
+    "top_logprobs_num",
+    "return_text_in_logprobs",
+)
 
 
 class EngineBackend(NativeApiBackend):
     """`EngineBackend(engine)` wraps an existing Engine; `EngineBackend(model_path=..., **server_args)`
     starts one (and shuts it down in `shutdown()`)."""
 
-    def __init__(self, engine: Any = None, model_path: Optional[str] = None,
-                 chat_template_name: Optional[str] = None, **server_args: Any) -> None:
+    def __init__(
+        self,
+        engine: Any = None,
+        model_path: Optional[str] = None,
+        chat_template_name: Optional[str] = None,
+        **server_args: Any,
+    ) -> None:
         super().__init__()
         self._owns_engine = engine is None
         if engine is None:

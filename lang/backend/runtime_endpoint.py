@@ -32,8 +32,13 @@ def _error_message(resp: requests.Response) -> str:
 
 
 class RuntimeEndpoint(NativeApiBackend):
-    def __init__(self, base_url: str, api_key: Optional[str] = None, chat_template_name: Optional[str] = None,
-                 timeout: Timeout = (10.0, 600.0)) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: Optional[str] = None,
+        chat_template_name: Optional[str] = None,
+        timeout: Timeout = (10.0, 600.0),
+    ) -> None:
         super().__init__()
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
@@ -50,11 +55,13 @@ class RuntimeEndpoint(NativeApiBackend):
 
     # --- HTTP ------------------------------------------------------------------------------
 
-    def _call(self, method: str, path: str, body: Optional[Dict[str, Any]] = None,
-              stream: bool = False) -> requests.Response:
+    def _call(
+        self, method: str, path: str, body: Optional[Dict[str, Any]] = None, stream: bool = False
+    ) -> requests.Response:
         try:
-            resp = self._session.request(method, self.base_url + path, json=body, headers=self._headers,
-                                         stream=stream, timeout=self.timeout)
+            resp = self._session.request(
+                method, self.base_url + path, json=body, headers=self._headers, stream=stream, timeout=self.timeout
+            )
         except requests.RequestException as e:
             raise RuntimeError(f"{method} {self.base_url}{path} failed: {e}") from e
         if resp.status_code != 200:
@@ -71,7 +78,7 @@ class RuntimeEndpoint(NativeApiBackend):
             for line in resp.iter_lines(decode_unicode=True):
                 if not line or not line.startswith("data:"):
                     continue
-                data = line[len("data:"):].strip()
+                data = line[len("data:") :].strip()
                 if data == "[DONE]":
                     return
                 chunk = json.loads(data)
@@ -85,8 +92,9 @@ class RuntimeEndpoint(NativeApiBackend):
     def _load_chat_template(self) -> ChatTemplate:
         # The server shares our filesystem in the common case; if the tokenizer cannot be loaded
         # here, chat_template_for_model falls back to the model-path table.
-        return chat_template_for_model(self.model_info.get("model_path", ""),
-                                       tokenizer_path=self.model_info.get("tokenizer_path"))
+        return chat_template_for_model(
+            self.model_info.get("model_path", ""), tokenizer_path=self.model_info.get("tokenizer_path")
+        )
 
     # --- server operations -----------------------------------------------------------------
 

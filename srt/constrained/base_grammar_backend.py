@@ -83,8 +83,12 @@ def grammar_key(sampling_params: Any) -> Optional[Tuple[str, str]]:
 
     SamplingParams.verify already rejects more than one grammar, so the first one set wins.
     """
-    for key_type, attr in (("json", "json_schema"), ("regex", "regex"), ("ebnf", "ebnf"),
-                           ("structural_tag", "structural_tag")):
+    for key_type, attr in (
+        ("json", "json_schema"),
+        ("regex", "regex"),
+        ("ebnf", "ebnf"),
+        ("structural_tag", "structural_tag"),
+    ):
         value = getattr(sampling_params, attr, None)
         if value is not None:
             return key_type, value

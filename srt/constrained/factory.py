@@ -8,8 +8,9 @@ from typing import Any, Optional, Sequence
 DEFAULT_JSON_WHITESPACE = "[ \\n]{0,2}"
 
 
-def make_grammar_backend(server_args: Any, tokenizer: Any, vocab_size: int,
-                         stop_token_ids: Optional[Sequence[int]] = None):
+def make_grammar_backend(
+    server_args: Any, tokenizer: Any, vocab_size: int, stop_token_ids: Optional[Sequence[int]] = None
+):
     from sglang.srt.constrained.xgrammar_backend import XGrammarBackend
 
     ws = server_args.constrained_json_whitespace_pattern

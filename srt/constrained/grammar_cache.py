@@ -30,8 +30,9 @@ class GrammarCache:
                 self._entries.move_to_end(key)
             return fut
 
-    def get_or_create(self, key: GrammarKey,
-                      start: Callable[[], "Future[BaseGrammarObject]"]) -> Tuple["Future[BaseGrammarObject]", bool]:
+    def get_or_create(
+        self, key: GrammarKey, start: Callable[[], "Future[BaseGrammarObject]"]
+    ) -> Tuple["Future[BaseGrammarObject]", bool]:
         """The cached future for key, or a new one from start(); the bool says whether it was new."""
         with self._lock:
             fut = self._entries.get(key)

@@ -47,8 +47,13 @@ class GrammarManager:
     between ranks, so under TP a timeout can fail on one rank and succeed on another; keep it
     None (no timeout) there unless the caller reconciles verdicts itself."""
 
-    def __init__(self, backend: BaseGrammarBackend, num_threads: int = 4, cache_entries: int = 1024,
-                 timeout_s: Optional[float] = None):
+    def __init__(
+        self,
+        backend: BaseGrammarBackend,
+        num_threads: int = 4,
+        cache_entries: int = 1024,
+        timeout_s: Optional[float] = None,
+    ):
         self.backend = backend
         self.timeout_s = timeout_s
         self._executor = ThreadPoolExecutor(max_workers=num_threads, thread_name_prefix="grammar")
@@ -121,7 +126,7 @@ class GrammarManager:
         if is_new:
             try:
                 fut.set_result(self.backend.compile(key_type, key_string))
-            except Exception as e:  # kept in the future, so later requests see the same error
+            except Exception as e:  # noqa: BLE001 - kept in the future, so later requests see the same error
                 fut.set_exception(e)
             except BaseException as e:  # never leave a cached future pending; then propagate
                 fut.set_exception(e)
@@ -148,8 +153,7 @@ class GrammarManager:
         return self.backend.compile(*key)
 
     def _is_settled(self, w: _Waiting, now: float) -> bool:
-        return (w.aborted or w.future.done()
-                or (self.timeout_s is not None and now - w.submitted_at > self.timeout_s))
+        return w.aborted or w.future.done() or (self.timeout_s is not None and now - w.submitted_at > self.timeout_s)
 
 
 def _future_error(fut: "Future[BaseGrammarObject]", wait: bool = False) -> Optional[BaseException]:

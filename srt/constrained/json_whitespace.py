@@ -29,14 +29,14 @@ def _split_literals(ebnf: str) -> List[Tuple[bool, str]]:
     i, start, n = 0, 0, len(ebnf)
     while i < n:
         ch = ebnf[i]
-        if ch in "\"[":
+        if ch in '"[':
             close = '"' if ch == '"' else "]"
             if i > start:
                 pieces.append((False, ebnf[start:i]))
             j = i + 1
             while j < n and ebnf[j] != close:
                 j += 2 if ebnf[j] == "\\" else 1
-            pieces.append((True, ebnf[i:j + 1]))
+            pieces.append((True, ebnf[i : j + 1]))
             i = start = j + 1
         else:
             i += 1

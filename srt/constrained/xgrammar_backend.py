@@ -61,8 +61,10 @@ class XGrammarGrammar(BaseGrammarObject):
         if vocab_size != self._vocab_size:
             # xgrammar fills rows of exactly ceil(vocab/32) words; the backend must be built with
             # the logits width, which is what makes padded vocabulary columns forbidden.
-            raise ValueError(f"vocab mask for {vocab_size} tokens requested, but the grammar backend "
-                             f"was built for {self._vocab_size}")
+            raise ValueError(
+                f"vocab mask for {vocab_size} tokens requested, but the grammar backend "
+                f"was built for {self._vocab_size}"
+            )
         # Pinned so the host-to-device copy can be asynchronous; a fresh tensor each step, so the
         # CPU never overwrites a buffer an in-flight copy still reads.
         pin = torch.device(device).type == "cuda" and torch.cuda.is_available()
@@ -85,8 +87,7 @@ class XGrammarGrammar(BaseGrammarObject):
     def apply_vocab_mask(logits: torch.Tensor, vocab_mask: torch.Tensor) -> None:
         if logits.shape[0] != vocab_mask.shape[0] or vocab_mask.shape[1] * 32 < logits.shape[1]:
             # xgrammar would leave uncovered columns unmasked; that would let padded ids through.
-            raise ValueError(f"vocab mask {tuple(vocab_mask.shape)} does not cover logits "
-                             f"{tuple(logits.shape)}")
+            raise ValueError(f"vocab mask {tuple(vocab_mask.shape)} does not cover logits {tuple(logits.shape)}")
         if vocab_mask.device != logits.device:
             vocab_mask = vocab_mask.to(logits.device, non_blocking=True)
         xgr.apply_token_bitmask_inplace(logits, vocab_mask, vocab_size=logits.shape[1])
@@ -103,11 +104,20 @@ class XGrammarBackend(BaseGrammarBackend):
     JSON tokens; None keeps xgrammar's default (any run of spaces, tabs, newlines).
     """
 
-    def __init__(self, tokenizer: Any, vocab_size: int, *, stop_token_ids: Optional[Sequence[int]] = None,
-                 whitespace_pattern: Optional[str] = None, compile_threads: int = 8):
+    def __init__(
+        self,
+        tokenizer: Any,
+        vocab_size: int,
+        *,
+        stop_token_ids: Optional[Sequence[int]] = None,
+        whitespace_pattern: Optional[str] = None,
+        compile_threads: int = 8,
+    ):
         self._info = xgr.TokenizerInfo.from_huggingface(
-            tokenizer, vocab_size=vocab_size,
-            stop_token_ids=list(stop_token_ids) if stop_token_ids is not None else None)
+            tokenizer,
+            vocab_size=vocab_size,
+            stop_token_ids=list(stop_token_ids) if stop_token_ids is not None else None,
+        )
         self._compiler = xgr.GrammarCompiler(self._info, max_threads=compile_threads)
         self._stop_token_ids = list(self._info.stop_token_ids)
         self.vocab_size = vocab_size
@@ -115,9 +125,10 @@ class XGrammarBackend(BaseGrammarBackend):
         if whitespace_pattern:
             try:
                 xgr.Grammar.from_regex(whitespace_pattern)
-            except Exception as e:  # a server misconfiguration: fail at startup, not per request
-                raise ValueError(f"Invalid JSON whitespace pattern {whitespace_pattern!r}: "
-                                 f"{_clean_message(e)}") from None
+            except Exception as e:  # noqa: BLE001 - a server misconfiguration: fail at startup, not per request
+                raise ValueError(
+                    f"Invalid JSON whitespace pattern {whitespace_pattern!r}: {_clean_message(e)}"
+                ) from None
 
     @property
     def stop_token_ids(self) -> Sequence[int]:
@@ -130,7 +141,7 @@ class XGrammarBackend(BaseGrammarBackend):
             compiled = self._compile(key_type, key_string)
         except GrammarCompileError:
             raise
-        except Exception as e:  # xgrammar raises RuntimeError, ValueError, TypeError and its own types
+        except Exception as e:  # noqa: BLE001 - xgrammar raises RuntimeError, ValueError, TypeError and its own types
             raise GrammarCompileError(key_type, _clean_message(e)) from None
         return XGrammarGrammar(compiled, self._stop_token_ids)
 
@@ -153,8 +164,9 @@ class XGrammarBackend(BaseGrammarBackend):
                 return self._compiler.compile_json_schema(schema)
             grammar = xgr.Grammar.from_json_schema(schema)
         if self.whitespace_pattern is not None:
-            ebnf = rewrite_json_whitespace(str(grammar), self.whitespace_pattern,
-                                           lambda p: str(xgr.Grammar.from_regex(p)))
+            ebnf = rewrite_json_whitespace(
+                str(grammar), self.whitespace_pattern, lambda p: str(xgr.Grammar.from_regex(p))
+            )
             grammar = xgr.Grammar.from_ebnf(ebnf)
         return self._compiler.compile_grammar(grammar)
 
@@ -170,8 +182,8 @@ def _structural_tag_json(key_string: str) -> str:
     except json.JSONDecodeError:
         return key_string  # let xgrammar report the JSON error in its own words
     if isinstance(obj, dict) and "format" not in obj and "structures" in obj:
-        tags = [xgr.StructuralTagItem(begin=s["begin"], schema=s["schema"], end=s["end"])
-                for s in obj["structures"]]
-        return xgr.StructuralTag.from_legacy_structural_tag(tags, list(obj.get("triggers", []))) \
-            .model_dump_json(indent=None)
+        tags = [xgr.StructuralTagItem(begin=s["begin"], schema=s["schema"], end=s["end"]) for s in obj["structures"]]
+        return xgr.StructuralTag.from_legacy_structural_tag(tags, list(obj.get("triggers", []))).model_dump_json(
+            indent=None
+        )
     return key_string

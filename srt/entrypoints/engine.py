@@ -20,8 +20,9 @@ logger = logging.getLogger(__name__)
 
 class Engine:
     def __init__(self, model_path: Optional[str] = None, log_level: str = "error", **kwargs: Any):
-        self.server_args = resolve_model_paths(ServerArgs.from_kwargs(model_path=model_path, log_level=log_level,
-                                                                      **kwargs))
+        self.server_args = resolve_model_paths(
+            ServerArgs.from_kwargs(model_path=model_path, log_level=log_level, **kwargs)
+        )
         from sglang.srt.utils.process import configure_logger
 
         configure_logger(self.server_args)
@@ -53,25 +54,53 @@ class Engine:
         return self.tokenizer_manager.tokenizer
 
     # ------------------------------------------------------------------ generation
-    def _req(self, prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num,
-             return_text_in_logprobs, stream, rid=None) -> GenerateReqInput:
+    def _req(
+        self,
+        prompt,
+        sampling_params,
+        input_ids,
+        return_logprob,
+        logprob_start_len,
+        top_logprobs_num,
+        return_text_in_logprobs,
+        stream,
+        rid=None,
+    ) -> GenerateReqInput:
         return GenerateReqInput(
-            text=prompt, input_ids=input_ids, sampling_params=sampling_params, rid=rid,
+            text=prompt,
+            input_ids=input_ids,
+            sampling_params=sampling_params,
+            rid=rid,
             return_logprob=return_logprob if return_logprob is not None else False,
             logprob_start_len=logprob_start_len if logprob_start_len is not None else -1,
             top_logprobs_num=top_logprobs_num if top_logprobs_num is not None else 0,
-            return_text_in_logprobs=return_text_in_logprobs, stream=stream)
+            return_text_in_logprobs=return_text_in_logprobs,
+            stream=stream,
+        )
 
-    def generate(self, prompt: Optional[Union[str, List[str]]] = None,
-                 sampling_params: Optional[Union[Dict, List[Dict]]] = None,
-                 input_ids: Optional[Union[List[int], List[List[int]]]] = None,
-                 return_logprob: Optional[Union[bool, List[bool]]] = False,
-                 logprob_start_len: Optional[Union[int, List[int]]] = None,
-                 top_logprobs_num: Optional[Union[int, List[int]]] = None,
-                 return_text_in_logprobs: bool = False, stream: bool = False,
-                 rid: Optional[Union[str, List[str]]] = None) -> Union[Dict, List[Dict], Iterator[Dict]]:
-        obj = self._req(prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num,
-                        return_text_in_logprobs, stream, rid)
+    def generate(
+        self,
+        prompt: Optional[Union[str, List[str]]] = None,
+        sampling_params: Optional[Union[Dict, List[Dict]]] = None,
+        input_ids: Optional[Union[List[int], List[List[int]]]] = None,
+        return_logprob: Optional[Union[bool, List[bool]]] = False,
+        logprob_start_len: Optional[Union[int, List[int]]] = None,
+        top_logprobs_num: Optional[Union[int, List[int]]] = None,
+        return_text_in_logprobs: bool = False,
+        stream: bool = False,
+        rid: Optional[Union[str, List[str]]] = None,
+    ) -> Union[Dict, List[Dict], Iterator[Dict]]:
+        obj = self._req(
+            prompt,
+            sampling_params,
+            input_ids,
+            return_logprob,
+            logprob_start_len,
+            top_logprobs_num,
+            return_text_in_logprobs,
+            stream,
+            rid,
+        )
         if stream:
             return self._sync_stream(obj)
         return self._call(self._final(obj))
@@ -93,11 +122,29 @@ class Engine:
         finally:
             self._call(agen.aclose())
 
-    async def async_generate(self, prompt=None, sampling_params=None, input_ids=None, return_logprob=False,
-                             logprob_start_len=None, top_logprobs_num=None, return_text_in_logprobs=False,
-                             stream: bool = False, rid=None) -> Union[Dict, List[Dict], AsyncIterator[Dict]]:
-        obj = self._req(prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num,
-                        return_text_in_logprobs, stream, rid)
+    async def async_generate(
+        self,
+        prompt=None,
+        sampling_params=None,
+        input_ids=None,
+        return_logprob=False,
+        logprob_start_len=None,
+        top_logprobs_num=None,
+        return_text_in_logprobs=False,
+        stream: bool = False,
+        rid=None,
+    ) -> Union[Dict, List[Dict], AsyncIterator[Dict]]:
+        obj = self._req(
+            prompt,
+            sampling_params,
+            input_ids,
+            return_logprob,
+            logprob_start_len,
+            top_logprobs_num,
+            return_text_in_logprobs,
+            stream,
+            rid,
+        )
         if stream:
             return self._async_stream(obj)
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._final(obj), self.loop))
@@ -123,8 +170,11 @@ class Engine:
         self._call(self.tokenizer_manager.abort_request(rid, abort_all))
 
     def get_model_info(self) -> Dict[str, Any]:
-        return {"model_path": self.server_args.model_path, "tokenizer_path": self.server_args.tokenizer_path,
-                "is_generation": True}
+        return {
+            "model_path": self.server_args.model_path,
+            "tokenizer_path": self.server_args.tokenizer_path,
+            "is_generation": True,
+        }
 
     def get_server_info(self) -> Dict[str, Any]:
         state = self._call(self.tokenizer_manager.get_internal_state())

@@ -121,12 +121,14 @@ def _add_native_routes(app: FastAPI, state: ServerState) -> None:
     async def health_generate():
         if not state.ready or state.shutting_down or tm().dead_message:
             return Response(status_code=503)
-        obj = GenerateReqInput(input_ids=[0], sampling_params={"max_new_tokens": 1, "temperature": 0},
-                               rid=f"HEALTH_CHECK_{time.time_ns()}")
+        obj = GenerateReqInput(
+            input_ids=[0], sampling_params={"max_new_tokens": 1, "temperature": 0}, rid=f"HEALTH_CHECK_{time.time_ns()}"
+        )
 
         async def run():
             async for _ in tm().generate_request(obj):
                 pass
+
         try:
             await asyncio.wait_for(run(), HEALTH_TIMEOUT_S)
         except Exception:  # noqa: BLE001 - any failure means unhealthy
@@ -135,8 +137,12 @@ def _add_native_routes(app: FastAPI, state: ServerState) -> None:
 
     def model_info():
         sa = state.server_args
-        return {"model_path": sa.model_path, "tokenizer_path": sa.tokenizer_path, "is_generation": True,
-                "served_model_name": sa.served_name()}
+        return {
+            "model_path": sa.model_path,
+            "tokenizer_path": sa.tokenizer_path,
+            "is_generation": True,
+            "served_model_name": sa.served_name(),
+        }
 
     app.get("/get_model_info")(model_info)
     app.get("/model_info")(model_info)
@@ -296,8 +302,9 @@ def launch_server(server_args: ServerArgs) -> None:
         runtime.shutdown()
 
     try:
-        uvicorn.run(app, host=server_args.host, port=server_args.port, log_level="warning",
-                    loop="uvloop", timeout_keep_alive=5)
+        uvicorn.run(
+            app, host=server_args.host, port=server_args.port, log_level="warning", loop="uvloop", timeout_keep_alive=5
+        )
     finally:
         runtime.shutdown()
 
@@ -332,4 +339,3 @@ def _on_child_death(state: ServerState, msg: str) -> None:
         os._exit(1)
 
     threading.Thread(target=stop, daemon=True).start()
-

@@ -66,7 +66,7 @@ class Runtime:
         if self.on_child_death is not None:
             try:
                 self.on_child_death(msg)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 logger.exception("on_child_death failed")
 
     def shutdown(self) -> None:
@@ -104,21 +104,27 @@ def launch_subprocesses(server_args: ServerArgs) -> Runtime:
                 reader, writer = ctx.Pipe(duplex=False)
                 gpu = server_args.base_gpu_id + dp_rank * per_node + rank - first
                 name = f"scheduler-dp{dp_rank}-tp{rank}" if dp > 1 else f"scheduler-tp{rank}"
-                p = ctx.Process(target=run_scheduler_process, args=(server_args, rep, gpu, rank, writer),
-                                name=name, daemon=True)
+                p = ctx.Process(
+                    target=run_scheduler_process, args=(server_args, rep, gpu, rank, writer), name=name, daemon=True
+                )
                 p.start()
                 procs.append(p)
                 readers.append(reader)
         if dp > 1:
             from sglang.srt.managers.data_parallel_controller import run_data_parallel_controller
 
-            c = ctx.Process(target=run_data_parallel_controller, args=(server_args, port_args, replicas),
-                            name="dp-controller", daemon=True)
+            c = ctx.Process(
+                target=run_data_parallel_controller,
+                args=(server_args, port_args, replicas),
+                name="dp-controller",
+                daemon=True,
+            )
             c.start()
             procs.append(c)
         if not server_args.skip_tokenizer_init and server_args.node_rank == 0:
-            d = ctx.Process(target=run_detokenizer_process, args=(server_args, port_args), name="detokenizer",
-                            daemon=True)
+            d = ctx.Process(
+                target=run_detokenizer_process, args=(server_args, port_args), name="detokenizer", daemon=True
+            )
             d.start()
             procs.append(d)
         ready = _wait_ready(readers, procs)

@@ -23,8 +23,9 @@ from sglang.srt.layers.triton_ops.rotary import apply_rotary_emb_, apply_rotary_
 logger = logging.getLogger(__name__)
 
 
-def triton_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: Optional[torch.Tensor] = None
-                   ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+def triton_rmsnorm(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: Optional[torch.Tensor] = None
+) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """RMSNorm.forward semantics: with a residual, returns (norm(x + residual), x + residual).
     The sum is written into `residual` in place: the model passes each residual on exactly once."""
     if residual is None:
@@ -34,8 +35,9 @@ def triton_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: 
     return fused_add_rmsnorm(x, residual, weight, eps), residual
 
 
-def triton_rotary(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos_sin_cache: torch.Tensor,
-                  head_dim: int) -> Tuple[torch.Tensor, torch.Tensor]:
+def triton_rotary(
+    positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos_sin_cache: torch.Tensor, head_dim: int
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """Rotate q [N, H*D] and k [N, Hkv*D] in place (views into the qkv projection are fine)."""
     return apply_rotary_emb_(positions, q, k, head_dim, cos_sin_cache)
 
@@ -43,7 +45,7 @@ def triton_rotary(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos
 def _sgl_kernel_ops() -> Optional[dict]:
     """sgl-kernel's rmsnorm / fused_add_rmsnorm / silu_and_mul wrapped to our hook signatures, or None."""
     try:
-        import sgl_kernel  # noqa: F401
+        import sgl_kernel
     except ImportError:
         return None
 
@@ -84,6 +86,7 @@ def bind_fused_ops(use_sgl_kernel: bool = True, skinny_matmul: str = "cublas", p
     names = {k: "triton" for k in chosen}
     ext = _sgl_kernel_ops() if use_sgl_kernel and torch.cuda.is_available() else None
     if ext:
+
         def rnd(gen, *shape):
             return torch.randn(*shape, generator=gen, device="cuda").to(torch.bfloat16)
 
@@ -93,6 +96,7 @@ def bind_fused_ops(use_sgl_kernel: bool = True, skinny_matmul: str = "cublas", p
                 if op == "rmsnorm":
                     return rnd(g, 7, 256), rnd(g, 256), 1e-6, rnd(g, 7, 256)
                 return (rnd(g, 7, 512),)
+
             return make
 
         for op, impl in ext.items():

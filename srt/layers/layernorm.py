@@ -21,8 +21,9 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.empty(hidden_size), requires_grad=False)
         self.eps = eps
 
-    def forward(self, x: torch.Tensor, residual: Optional[torch.Tensor] = None
-                ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+    def forward(
+        self, x: torch.Tensor, residual: Optional[torch.Tensor] = None
+    ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
         if _fused is not None and x.is_cuda:
             return _fused(x, self.weight, self.eps, residual)
         if residual is not None:

@@ -18,7 +18,6 @@ from torch import nn
 
 from sglang.srt.distributed.parallel_state import get_tp_rank, get_tp_size, tp_all_reduce
 
-
 _skinny_matmul = None  # triton_ops.small_m_gemm.SkinnyMatmul on CUDA (--skinny-matmul), or None
 
 
@@ -30,8 +29,7 @@ def set_skinny_matmul(impl) -> None:
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
     """F.linear, or the bound skinny-matrix kernel for inputs of few rows where it takes them."""
     skinny = _skinny_matmul
-    if (skinny is not None and x.is_cuda and x.dim() == 2 and x.shape[0] <= skinny.max_m
-            and x.stride(-1) == 1):
+    if skinny is not None and x.is_cuda and x.dim() == 2 and x.shape[0] <= skinny.max_m and x.stride(-1) == 1:
         y = skinny(x, weight, bias)
         if y is not None:
             return y
@@ -61,7 +59,9 @@ class ColumnParallelLinear(nn.Module):
             self.bias.weight_loader = self.weight_loader
         assert not gather_output, "gathering column outputs is not needed by our models"
 
-    def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: Optional[Union[str, int]] = None) -> None:
+    def weight_loader(
+        self, param: nn.Parameter, loaded: torch.Tensor, shard_id: Optional[Union[str, int]] = None
+    ) -> None:
         n = self.output_size_per_rank
         param.data.copy_(loaded.narrow(0, self.tp_rank * n, n))
 
@@ -76,7 +76,9 @@ class MergedColumnParallelLinear(ColumnParallelLinear):
         super().__init__(input_size, sum(output_sizes), bias)
         self.output_sizes = output_sizes
 
-    def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: Optional[Union[str, int]] = None) -> None:
+    def weight_loader(
+        self, param: nn.Parameter, loaded: torch.Tensor, shard_id: Optional[Union[str, int]] = None
+    ) -> None:
         assert isinstance(shard_id, int)
         size = _divide(self.output_sizes[shard_id], self.tp_size)
         offset = sum(_divide(s, self.tp_size) for s in self.output_sizes[:shard_id])
@@ -86,8 +88,9 @@ class MergedColumnParallelLinear(ColumnParallelLinear):
 class QKVParallelLinear(ColumnParallelLinear):
     """q, k and v projections merged; query heads split across ranks, KV heads split or replicated."""
 
-    def __init__(self, hidden_size: int, head_dim: int, total_num_heads: int, total_num_kv_heads: int,
-                 bias: bool = False):
+    def __init__(
+        self, hidden_size: int, head_dim: int, total_num_heads: int, total_num_kv_heads: int, bias: bool = False
+    ):
         tp = get_tp_size()
         self.head_dim = head_dim
         self.num_heads = _divide(total_num_heads, tp)
@@ -100,7 +103,9 @@ class QKVParallelLinear(ColumnParallelLinear):
         out = (self.num_heads + 2 * self.num_kv_heads) * head_dim * tp
         super().__init__(hidden_size, out, bias)
 
-    def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: Optional[Union[str, int]] = None) -> None:
+    def weight_loader(
+        self, param: nn.Parameter, loaded: torch.Tensor, shard_id: Optional[Union[str, int]] = None
+    ) -> None:
         q_size = self.num_heads * self.head_dim
         kv_size = self.num_kv_heads * self.head_dim
         if shard_id == "q":
@@ -127,7 +132,9 @@ class RowParallelLinear(nn.Module):
         if self.bias is not None:
             self.bias.weight_loader = lambda p, w, s=None: p.data.copy_(w)
 
-    def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: Optional[Union[str, int]] = None) -> None:
+    def weight_loader(
+        self, param: nn.Parameter, loaded: torch.Tensor, shard_id: Optional[Union[str, int]] = None
+    ) -> None:
         n = self.input_size_per_rank
         param.data.copy_(loaded.narrow(1, self.tp_rank * n, n))
 

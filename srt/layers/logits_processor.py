@@ -19,9 +19,9 @@ _LOGPROB_CHUNK = 1024
 
 @dataclass
 class LogitsProcessorOutput:
-    next_token_logits: torch.Tensor                         # [bs, vocab] model dtype (see _logits)
-    input_token_logprobs: Optional[torch.Tensor] = None     # [num_lp_positions] float32
-    input_top_logprobs_val: Optional[torch.Tensor] = None   # [num_lp_positions, max_k]
+    next_token_logits: torch.Tensor  # [bs, vocab] model dtype (see _logits)
+    input_token_logprobs: Optional[torch.Tensor] = None  # [num_lp_positions] float32
+    input_top_logprobs_val: Optional[torch.Tensor] = None  # [num_lp_positions, max_k]
     input_top_logprobs_idx: Optional[torch.Tensor] = None
 
 
@@ -68,8 +68,8 @@ class LogitsProcessor:
         max_k = max(fb.top_logprobs_nums or [0])
         token_lp, top_v, top_i = [], [], []
         for s in range(0, len(positions), _LOGPROB_CHUNK):
-            lp = torch.log_softmax(self._logits(hidden[idx[s:s + _LOGPROB_CHUNK]], lm_head), dim=-1)
-            tgt = targets[s:s + _LOGPROB_CHUNK]
+            lp = torch.log_softmax(self._logits(hidden[idx[s : s + _LOGPROB_CHUNK]], lm_head), dim=-1)
+            tgt = targets[s : s + _LOGPROB_CHUNK]
             token_lp.append(lp.gather(1, tgt.unsqueeze(1)).squeeze(1))
             if max_k > 0:
                 v, i = lp.topk(min(max_k, lp.shape[-1]), dim=-1)  # validated upstream; never crash here

@@ -12,8 +12,16 @@ if TYPE_CHECKING:
 
 
 class RadixAttention(nn.Module):
-    def __init__(self, num_heads: int, head_dim: int, scaling: float, num_kv_heads: int, layer_id: int,
-                 logit_cap: float = 0.0, v_head_dim: int = -1):
+    def __init__(
+        self,
+        num_heads: int,
+        head_dim: int,
+        scaling: float,
+        num_kv_heads: int,
+        layer_id: int,
+        logit_cap: float = 0.0,
+        v_head_dim: int = -1,
+    ):
         super().__init__()
         self.tp_q_head_num = num_heads
         self.tp_k_head_num = num_kv_heads
@@ -24,8 +32,14 @@ class RadixAttention(nn.Module):
         self.layer_id = layer_id
         self.logit_cap = logit_cap
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, forward_batch: "ForwardBatch",
-                save_kv_cache: bool = True) -> torch.Tensor:
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        forward_batch: "ForwardBatch",
+        save_kv_cache: bool = True,
+    ) -> torch.Tensor:
         k = k.view(-1, self.tp_k_head_num, self.head_dim)
         v = v.view(-1, self.tp_v_head_num, self.v_head_dim)
         return forward_batch.attn_backend.forward(q, k, v, self, forward_batch, save_kv_cache)

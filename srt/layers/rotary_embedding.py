@@ -59,8 +59,14 @@ def _yarn_inv_freq(dim: int, base: float, s: Dict[str, Any], max_pos: int) -> Tu
 
 
 class RotaryEmbedding(nn.Module):
-    def __init__(self, head_dim: int, max_position: int, base: float, scaling: Optional[Dict[str, Any]] = None,
-                 rotary_dim: Optional[int] = None):
+    def __init__(
+        self,
+        head_dim: int,
+        max_position: int,
+        base: float,
+        scaling: Optional[Dict[str, Any]] = None,
+        rotary_dim: Optional[int] = None,
+    ):
         super().__init__()
         self.head_dim = head_dim
         self.rotary_dim = rotary_dim or head_dim
@@ -78,8 +84,13 @@ class RotaryEmbedding(nn.Module):
             pass  # static context: dynamic NTK only changes frequencies beyond the trained length
         elif kind not in ("default", None):
             raise ValueError(f"unsupported rope scaling {kind!r}")
-        key = (self.rotary_dim, positions, float(base), repr(sorted((scaling or {}).items())),
-               str(torch.empty(0).device))
+        key = (
+            self.rotary_dim,
+            positions,
+            float(base),
+            repr(sorted((scaling or {}).items())),
+            str(torch.empty(0).device),
+        )
         tables = _TABLES.get(key)
         if tables is None:
             t = torch.arange(positions, dtype=torch.float64)
@@ -103,14 +114,26 @@ class RotaryEmbedding(nn.Module):
         sin = self.sin_cache[positions].unsqueeze(1)
         return self._apply(q, cos, sin), self._apply(k, cos, sin)
 
-    def forward_and_store(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                          target) -> bool:
+    def forward_and_store(
+        self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, target
+    ) -> bool:
         """Rotate q and k in place and write k, v to the pool target in one kernel; False (nothing
         done) where that kernel does not apply: no CUDA hook bound, or a partial rotary."""
         if _fused_store is None or not q.is_cuda or self.rotary_dim != self.head_dim:
             return False
-        _fused_store(positions, q, k, v, self.head_dim, self.cos_sin_cache, target.k_buffer, target.v_buffer,
-                     target.loc, target.k_scale, target.v_scale)
+        _fused_store(
+            positions,
+            q,
+            k,
+            v,
+            self.head_dim,
+            self.cos_sin_cache,
+            target.k_buffer,
+            target.v_buffer,
+            target.loc,
+            target.k_scale,
+            target.v_scale,
+        )
         return True
 
     def _apply(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -28,8 +28,8 @@ FUSED_RACE = os.environ.get("SGLANG_TORCH_SAMPLER", "0") != "1"
 
 @dataclass
 class SampleOutput:
-    next_token_ids: torch.Tensor                     # [bs] int64
-    invalid: Optional[torch.Tensor] = None           # [bs] bool: nothing was samplable (NaN logits)
+    next_token_ids: torch.Tensor  # [bs] int64
+    invalid: Optional[torch.Tensor] = None  # [bs] bool: nothing was samplable (NaN logits)
     next_token_logprobs: Optional[torch.Tensor] = None
     top_logprobs_val: Optional[torch.Tensor] = None  # [bs, max_k]
     top_logprobs_idx: Optional[torch.Tensor] = None
@@ -85,8 +85,13 @@ def apply_logit_adjustments(logits: torch.Tensor, info: SamplingBatchInfo) -> No
 
 
 def _has_adjustments(info: SamplingBatchInfo) -> bool:
-    return (info.logit_bias is not None or info.output_counts is not None or info.repetition_penalties is not None
-            or info.min_tokens_block is not None or info.vocab_mask is not None)
+    return (
+        info.logit_bias is not None
+        or info.output_counts is not None
+        or info.repetition_penalties is not None
+        or info.min_tokens_block is not None
+        or info.vocab_mask is not None
+    )
 
 
 def _nan_to_neg_inf(logits: torch.Tensor) -> torch.Tensor:
@@ -107,10 +112,13 @@ def greedy_torch(logits: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     return _pick_greedy(_nan_to_neg_inf(logits))
 
 
-def sample(logits: torch.Tensor, info: SamplingBatchInfo, return_logprob: bool = False,
-           top_logprobs_nums: Optional[List[int]] = None) -> SampleOutput:
-    if (info.is_all_greedy and not return_logprob and logits.is_cuda and FUSED_RACE
-            and not _has_adjustments(info)):
+def sample(
+    logits: torch.Tensor,
+    info: SamplingBatchInfo,
+    return_logprob: bool = False,
+    top_logprobs_nums: Optional[List[int]] = None,
+) -> SampleOutput:
+    if info.is_all_greedy and not return_logprob and logits.is_cuda and FUSED_RACE and not _has_adjustments(info):
         # Plain greedy decode on CUDA: two small kernels on the raw logits instead of a float copy,
         # nan_to_num, a single-row max (28 us at batch 1 for 128k logits) and three more ops.
         fused = _fused("greedy_argmax", logits)
@@ -159,7 +167,7 @@ def _fused(kernel: str, *args):
         from sglang.srt.layers.triton_ops import sampling
 
         return getattr(sampling, kernel)(*args)
-    except Exception as e:  # a Triton / driver mismatch must not take sampling down
+    except Exception as e:  # noqa: BLE001 - a Triton / driver mismatch must not take sampling down
         logger.warning("fused sampling kernel %s unavailable, using the torch path: %s", kernel, e)
         FUSED_RACE = False
         return None

@@ -8,9 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from sglang.srt.distributed.parallel_state import get_tp_rank, get_tp_size, tp_all_gather, tp_all_reduce, tp_distributed
 from sglang.srt.layers.linear import linear
-from sglang.srt.distributed.parallel_state import (get_tp_rank, get_tp_size, tp_all_gather, tp_all_reduce,
-                                                  tp_distributed)
 
 
 def pad_vocab(vocab_size: int, tp_size: int, multiple: int = 64) -> int:
@@ -35,7 +34,7 @@ class VocabParallelEmbedding(nn.Module):
         n = self.end - self.start
         if n < self.per_rank:
             param.data[n:].zero_()
-        param.data[:n].copy_(loaded[self.start:self.end])
+        param.data[:n].copy_(loaded[self.start : self.end])
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         if not tp_distributed():

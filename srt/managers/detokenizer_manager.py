@@ -57,8 +57,13 @@ def find_printable_text(text: str) -> str:
 
 def _is_cjk(ch: str) -> bool:
     cp = ord(ch)
-    return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF
-            or 0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
+    return (
+        0x4E00 <= cp <= 0x9FFF
+        or 0x3400 <= cp <= 0x4DBF
+        or 0x20000 <= cp <= 0x2A6DF
+        or 0xF900 <= cp <= 0xFAFF
+        or 0x2F800 <= cp <= 0x2FA1F
+    )
 
 
 class IncrementalDetokenizer:
@@ -80,16 +85,16 @@ class IncrementalDetokenizer:
                 continue
             keep.append(i)
             reason = msg.finished_reasons[i]
-            read_ids = st.decode_ids[st.surr_offset:]
+            read_ids = st.decode_ids[st.surr_offset :]
             if reason is not None and not msg.no_stop_trim[i] and isinstance(reason.get("matched"), int) and read_ids:
                 read_ids = read_ids[:-1]  # the matched stop token is not part of the text
-            surr_ids = st.decode_ids[st.surr_offset:st.read_offset]
+            surr_ids = st.decode_ids[st.surr_offset : st.read_offset]
             items.append((st, read_ids, surr_ids, msg.skip_special_tokens[i], msg.spaces_between_special_tokens[i]))
         texts = self._decode_all(items)
         out_strs: List[str] = []
         for (st, _, _, _, _), (read_text, surr_text), i in zip(items, texts, keep):
             reason = msg.finished_reasons[i]
-            new_text = read_text[len(surr_text):]
+            new_text = read_text[len(surr_text) :]
             if reason is None:
                 if new_text and not new_text.endswith("\ufffd"):
                     st.decoded_text += new_text
@@ -102,7 +107,7 @@ class IncrementalDetokenizer:
             if reason is not None:
                 full = _trim_stop_str(full, reason, msg.no_stop_trim[i])
                 self.states.pop(msg.rids[i], None)
-            delta = full[st.sent_offset:] if len(full) > st.sent_offset else ""
+            delta = full[st.sent_offset :] if len(full) > st.sent_offset else ""
             st.sent_offset = max(st.sent_offset, len(full))
             out_strs.append(delta)
         return _select(msg, keep, out_strs), lost
@@ -125,8 +130,7 @@ class IncrementalDetokenizer:
         out: List[Tuple[str, str]] = [("", "")] * len(items)
         for (skip, spaces), idx in groups.items():
             seqs = [items[j][1] for j in idx] + [items[j][2] for j in idx]
-            texts = self.tokenizer.batch_decode(seqs, skip_special_tokens=skip,
-                                                spaces_between_special_tokens=spaces)
+            texts = self.tokenizer.batch_decode(seqs, skip_special_tokens=skip, spaces_between_special_tokens=spaces)
             n = len(idx)
             for k, j in enumerate(idx):
                 out[j] = (texts[k], texts[n + k])
@@ -144,6 +148,7 @@ def _trim_stop_str(text: str, reason: Dict[str, Any], no_stop_trim: bool) -> str
 def _select(msg: BatchTokenIDOutput, keep: List[int], out_strs: List[str]) -> BatchStrOutput:
     def pick(lst):
         return [lst[i] for i in keep] if lst else [None] * len(keep)
+
     return BatchStrOutput(**map_common(msg, pick), output_strs=out_strs)
 
 
@@ -168,13 +173,19 @@ def run_detokenizer_process(server_args: ServerArgs, port_args: PortArgs) -> Non
             continue
         try:
             out, lost = detok.step(msg)
-        except Exception as e:  # noqa: BLE001 - one bad batch must not kill every stream
+        except Exception as e:
             logger.exception("Detokenizer failed on a batch")
             send_obj(send, DetokenizerError(list(msg.rids), f"Detokenization failed: {e}"), ser)
             continue
         if lost:
-            send_obj(send, DetokenizerError(
-                lost, "Decode state not found for this request: the detokenizer tracks at most "
-                f"{server_args.detokenizer_max_states} requests at once (raise --detokenizer-max-states)."), ser)
+            send_obj(
+                send,
+                DetokenizerError(
+                    lost,
+                    "Decode state not found for this request: the detokenizer tracks at most "
+                    f"{server_args.detokenizer_max_states} requests at once (raise --detokenizer-max-states).",
+                ),
+                ser,
+            )
         if out.rids:
             send_obj(send, out, ser)

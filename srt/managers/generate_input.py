@@ -29,8 +29,20 @@ class GenerateReqInput:
     is_single: bool = True
     batch_size: int = 1
 
-    _FIELDS = ("text", "input_ids", "sampling_params", "rid", "return_logprob", "logprob_start_len",
-               "top_logprobs_num", "return_text_in_logprobs", "stream", "priority", "extra_key", "log_metrics")
+    _FIELDS = (
+        "text",
+        "input_ids",
+        "sampling_params",
+        "rid",
+        "return_logprob",
+        "logprob_start_len",
+        "top_logprobs_num",
+        "return_text_in_logprobs",
+        "stream",
+        "priority",
+        "extra_key",
+        "log_metrics",
+    )
 
     @classmethod
     def from_json(cls, body: Any) -> "GenerateReqInput":
@@ -116,7 +128,8 @@ class GenerateReqInput:
     def item(self, i: int) -> Dict[str, Any]:
         return {
             "text": (self.text if self.is_single else self.text[i]) if self.text is not None else None,
-            "input_ids": (self.input_ids if self.is_single else self.input_ids[i]) if self.input_ids is not None
+            "input_ids": (self.input_ids if self.is_single else self.input_ids[i])
+            if self.input_ids is not None
             else None,
             "sampling_params": self.sampling_params[i],
             "rid": self.rid[i],
@@ -128,4 +141,3 @@ class GenerateReqInput:
 
 def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
-

@@ -21,8 +21,12 @@ class InvariantChecker:
 
     def state(self) -> tuple:
         s = self.s
-        return (s.allocator.available_size(), s.tree_cache.evictable_size(), s.tree_cache.protected_size(),
-                s.req_to_token_pool.available_size())
+        return (
+            s.allocator.available_size(),
+            s.tree_cache.evictable_size(),
+            s.tree_cache.protected_size(),
+            s.req_to_token_pool.available_size(),
+        )
 
     def check_idle(self) -> None:
         st = self.state()
@@ -33,8 +37,9 @@ class InvariantChecker:
         self.num_checks += 1
         problems = []
         if avail + evictable + protected != s.max_total_num_tokens:
-            problems.append(f"available {avail} + evictable {evictable} + protected {protected} != "
-                            f"total {s.max_total_num_tokens}")
+            problems.append(
+                f"available {avail} + evictable {evictable} + protected {protected} != total {s.max_total_num_tokens}"
+            )
         if protected != 0:
             problems.append(f"protected {protected} != 0 with no running request")
         if free_rows != s.req_to_token_pool.size:
@@ -59,9 +64,14 @@ class InvariantChecker:
                 owned += (r.kv_allocated_len + ps - 1) // ps * ps - r.cache_protected_len
         avail, evictable, protected, _ = self.state()
         if avail + evictable + protected + owned != s.max_total_num_tokens:
-            holders = [(r.rid, r.kv_allocated_len, r.kv_committed_len, r.cache_protected_len)
-                       for r in s.rid_to_req.values() if r.req_pool_idx is not None]
-            msg = (f"KV accounting broken mid-flight: available {avail} + evictable {evictable} + protected "
-                   f"{protected} + owned {owned} != total {s.max_total_num_tokens}; holders {holders[:8]}")
+            holders = [
+                (r.rid, r.kv_allocated_len, r.kv_committed_len, r.cache_protected_len)
+                for r in s.rid_to_req.values()
+                if r.req_pool_idx is not None
+            ]
+            msg = (
+                f"KV accounting broken mid-flight: available {avail} + evictable {evictable} + protected "
+                f"{protected} + owned {owned} != total {s.max_total_num_tokens}; holders {holders[:8]}"
+            )
             logger.error(msg)
             raise MemoryLeakError(msg)

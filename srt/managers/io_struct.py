@@ -62,12 +62,14 @@ class GetInternalStateReqOutput:
 @dataclass
 class SchedulerMetrics:
     """Scheduler-side gauges and counters, pushed to the HTTP process (for /metrics) when they change."""
+
     values: Dict[str, float]
 
 
 @dataclass
 class DPLoad:
     """A data-parallel replica's load, reported to the controller for total_tokens balancing."""
+
     dp_rank: int
     used_tokens: int
     num_reqs: int
@@ -76,6 +78,7 @@ class DPLoad:
 @dataclass
 class HealthCheckOutput:
     """Sent by the scheduler for every health-check generate so /health_generate can answer."""
+
     rid: str
 
 
@@ -85,9 +88,10 @@ class HealthCheckOutput:
 @dataclass(kw_only=True)
 class BatchOutputCommon:
     """Per-request lists that both output messages carry, in the same order as rids."""
+
     rids: List[str]
     finished_reasons: List[Optional[Dict[str, Any]]]
-    output_ids: List[List[int]]          # new output ids since the last message
+    output_ids: List[List[int]]  # new output ids since the last message
     prompt_tokens: List[int]
     completion_tokens: List[int]
     cached_tokens: List[int]
@@ -122,12 +126,13 @@ class BatchTokenIDOutput(BatchOutputCommon):
 
 @dataclass
 class BatchStrOutput(BatchOutputCommon):
-    output_strs: List[str]               # new text since the last message (a delta)
+    output_strs: List[str]  # new text since the last message (a delta)
 
 
 @dataclass
 class DetokenizerError:
     """The detokenizer could not serve some requests (e.g. its state table overflowed)."""
+
     rids: List[str]
     message: str
 
@@ -135,6 +140,7 @@ class DetokenizerError:
 @dataclass
 class SchedulerReady:
     """First message of a scheduler to its launcher: the numbers the other processes need."""
+
     max_total_num_tokens: int
     max_running_requests: int
     max_req_input_len: int

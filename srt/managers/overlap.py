@@ -73,6 +73,7 @@ class PendingResult:
 
 def _to_host(logits_out: LogitsProcessorOutput, sample_out: SampleOutput, return_logprob: bool) -> dict:
     """Start device->host copies (non-blocking on CUDA); the dict holds host tensors."""
+
     def cp(t):
         if t is None:
             return None
@@ -81,22 +82,32 @@ def _to_host(logits_out: LogitsProcessorOutput, sample_out: SampleOutput, return
             host.copy_(t, non_blocking=True)
             return host
         return t
+
     out = {"ids": cp(sample_out.next_token_ids), "invalid": cp(sample_out.invalid)}
     if return_logprob:
-        out.update(lp=cp(sample_out.next_token_logprobs), tv=cp(sample_out.top_logprobs_val),
-                   ti=cp(sample_out.top_logprobs_idx), ilp=cp(logits_out.input_token_logprobs),
-                   itv=cp(logits_out.input_top_logprobs_val), iti=cp(logits_out.input_top_logprobs_idx))
+        out.update(
+            lp=cp(sample_out.next_token_logprobs),
+            tv=cp(sample_out.top_logprobs_val),
+            ti=cp(sample_out.top_logprobs_idx),
+            ilp=cp(logits_out.input_token_logprobs),
+            itv=cp(logits_out.input_top_logprobs_val),
+            iti=cp(logits_out.input_top_logprobs_idx),
+        )
     return out
 
 
 def _to_result(h: dict) -> GenerationResult:
     def tl(t):
         return None if t is None else t.tolist()
+
     return GenerationResult(
         next_token_ids=h["ids"].tolist(),
         invalid=h["invalid"].tolist() if h["invalid"] is not None else [],
-        next_token_logprobs=tl(h.get("lp")), top_logprobs_val=tl(h.get("tv")), top_logprobs_idx=tl(h.get("ti")),
-        input_token_logprobs=tl(h.get("ilp")), input_top_logprobs_val=tl(h.get("itv")),
+        next_token_logprobs=tl(h.get("lp")),
+        top_logprobs_val=tl(h.get("tv")),
+        top_logprobs_idx=tl(h.get("ti")),
+        input_token_logprobs=tl(h.get("ilp")),
+        input_top_logprobs_val=tl(h.get("itv")),
         input_top_logprobs_idx=tl(h.get("iti")),
     )
 
@@ -104,6 +115,7 @@ def _to_result(h: dict) -> GenerationResult:
 @dataclass
 class ForwardHandle:
     """A launched forward pass: its logits (device path) or the worker's future (CPU overlap path)."""
+
     logits: Optional[LogitsProcessorOutput] = None
     future: Optional[concurrent.futures.Future] = None
 
@@ -119,13 +131,23 @@ class BatchLauncher:
         self.future_map = future_map
         self.overlap = overlap
         self.device = model_runner.device
-        self._pool = (concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="forward")
-                      if overlap and self.device == "cpu" else None)
+        self._pool = (
+            concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="forward")
+            if overlap and self.device == "cpu"
+            else None
+        )
 
-    def launch(self, fb, sampling_info, return_logprob: bool, top_logprobs_nums: Optional[List[int]],
-               future_indices: Optional[torch.Tensor]) -> PendingResult:
-        return self.launch_sample(self.launch_forward(fb), sampling_info, return_logprob, top_logprobs_nums,
-                                  future_indices)
+    def launch(
+        self,
+        fb,
+        sampling_info,
+        return_logprob: bool,
+        top_logprobs_nums: Optional[List[int]],
+        future_indices: Optional[torch.Tensor],
+    ) -> PendingResult:
+        return self.launch_sample(
+            self.launch_forward(fb), sampling_info, return_logprob, top_logprobs_nums, future_indices
+        )
 
     def launch_forward(self, fb) -> "ForwardHandle":
         """Queue the forward pass alone; sampling follows with launch_sample (possibly after the host
@@ -134,8 +156,14 @@ class BatchLauncher:
             return ForwardHandle(future=self._pool.submit(self._forward, fb))
         return ForwardHandle(logits=self._forward(fb))
 
-    def launch_sample(self, handle: "ForwardHandle", sampling_info, return_logprob: bool,
-                      top_logprobs_nums: Optional[List[int]], future_indices: Optional[torch.Tensor]) -> PendingResult:
+    def launch_sample(
+        self,
+        handle: "ForwardHandle",
+        sampling_info,
+        return_logprob: bool,
+        top_logprobs_nums: Optional[List[int]],
+        future_indices: Optional[torch.Tensor],
+    ) -> PendingResult:
         args = (sampling_info, return_logprob, top_logprobs_nums, future_indices)
         if self._pool is not None:
             # One worker thread: this runs after the forward it reads, whatever was queued between.
@@ -150,6 +178,7 @@ class BatchLauncher:
             def wait() -> GenerationResult:
                 event.synchronize()
                 return _to_result(host)
+
             return PendingResult(wait, ids_dev)
         return PendingResult(lambda: _to_result(host), ids_dev)
 
@@ -174,4 +203,3 @@ class BatchLauncher:
     def shutdown(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
-

@@ -58,16 +58,25 @@ class FinishAbort(BaseFinishReason):
     err_type: Optional[str] = None
 
     def to_json(self) -> Dict[str, Any]:
-        return {"type": "abort", "message": self.message, "status_code": self.status_code,
-                "err_type": self.err_type}
+        return {"type": "abort", "message": self.message, "status_code": self.status_code, "err_type": self.err_type}
 
 
 class Req:
-    def __init__(self, rid: str, origin_input_text: Optional[str], origin_input_ids: List[int],
-                 sampling_params: SamplingParams, return_logprob: bool = False, logprob_start_len: int = -1,
-                 top_logprobs_num: int = 0, stream: bool = False, priority: Optional[int] = None,
-                 extra_key: Optional[str] = None, eos_token_ids: Optional[set] = None,
-                 vocab_size: int = 0):
+    def __init__(
+        self,
+        rid: str,
+        origin_input_text: Optional[str],
+        origin_input_ids: List[int],
+        sampling_params: SamplingParams,
+        return_logprob: bool = False,
+        logprob_start_len: int = -1,
+        top_logprobs_num: int = 0,
+        stream: bool = False,
+        priority: Optional[int] = None,
+        extra_key: Optional[str] = None,
+        eos_token_ids: Optional[set] = None,
+        vocab_size: int = 0,
+    ):
         self.rid = rid
         self.origin_input_text = origin_input_text
         self.origin_input_ids = list(origin_input_ids)
@@ -153,9 +162,11 @@ class Req:
         return self.origin_input_ids + self.output_ids
 
     def __repr__(self) -> str:
-        return (f"Req(rid={self.rid}, in={len(self.origin_input_ids)}, out={len(self.output_ids)}, "
-                f"pool_idx={self.req_pool_idx}, committed={self.kv_committed_len}, "
-                f"allocated={self.kv_allocated_len}, protected={self.cache_protected_len})")
+        return (
+            f"Req(rid={self.rid}, in={len(self.origin_input_ids)}, out={len(self.output_ids)}, "
+            f"pool_idx={self.req_pool_idx}, committed={self.kv_committed_len}, "
+            f"allocated={self.kv_allocated_len}, protected={self.cache_protected_len})"
+        )
 
     # ------------------------------------------------------------------ admission
     def init_next_round_input(self, tree_cache=None) -> None:
@@ -207,8 +218,9 @@ class Req:
         if self.grammar is not None and self.grammar.is_terminated():
             self.finished_reason = FinishMatchedToken(last)
             return
-        if last is not None and (last in (sp.stop_token_ids or ())
-                                 or (not sp.ignore_eos and last in self.eos_token_ids)):
+        if last is not None and (
+            last in (sp.stop_token_ids or ()) or (not sp.ignore_eos and last in self.eos_token_ids)
+        ):
             self.finished_reason = FinishMatchedToken(last)
             return
         if invalid or (last is not None and self.vocab_size and not 0 <= last < self.vocab_size):

@@ -11,8 +11,6 @@ from typing import List, Optional
 
 import torch
 
-from sglang.srt.utils.device_copy import to_device
-
 from sglang.srt.managers.req import Req
 from sglang.srt.mem_cache.common import (
     alloc_paged,
@@ -28,6 +26,7 @@ from sglang.srt.model_executor.forward_batch_info import (
     build_decode_batch,
     build_extend_batch,
 )
+from sglang.srt.utils.device_copy import to_device
 
 RETRACT_DECODE_STEPS = 20
 
@@ -48,7 +47,7 @@ class ScheduleBatch:
         self.extend_lens: List[int] = []
         self.out_cache_loc: Optional[torch.Tensor] = None
         self.extend_input_ids: List[int] = []
-        self.decoding_reqs: List[Req] = []   # decode rows mixed into an extend pass
+        self.decoding_reqs: List[Req] = []  # decode rows mixed into an extend pass
         self.mixed_input_ids: Optional[torch.Tensor] = None
 
     # ------------------------------------------------------------------ basics
@@ -83,7 +82,7 @@ class ScheduleBatch:
         off = 0
         self.extend_input_ids = []
         for r, p, e, s in zip(self.reqs, self.prefix_lens, self.extend_lens, self.seq_lens):
-            pool.write(r.req_pool_idx, p, self.out_cache_loc[off:off + e])
+            pool.write(r.req_pool_idx, p, self.out_cache_loc[off : off + e])
             off += e
             self.extend_input_ids.extend(r.fill_ids[p:])
             r.kv_committed_len = s
@@ -146,9 +145,11 @@ class ScheduleBatch:
         """Retract the least-progressed requests until the rest can decode one more step.
 
         Returns (retracted, new_token_ratio, oom_aborted)."""
-        order = sorted(range(len(self.reqs)),
-                       key=lambda i: (len(self.reqs[i].output_ids), -len(self.reqs[i].origin_input_ids)),
-                       reverse=True)
+        order = sorted(
+            range(len(self.reqs)),
+            key=lambda i: (len(self.reqs[i].output_ids), -len(self.reqs[i].origin_input_ids)),
+            reverse=True,
+        )
         retracted: List[Req] = []
         oom: List[Req] = []
         first = True
@@ -199,10 +200,17 @@ class ScheduleBatch:
         if self.forward_mode.is_decode():
             return build_decode_batch(self.output_ids, self.seq_lens, rows, self.out_cache_loc, self.device)
         n_ext = len(self.reqs) - len(self.decoding_reqs)
-        fb = build_extend_batch(self.extend_input_ids + [0] * len(self.decoding_reqs), self.prefix_lens,
-                                self.extend_lens, rows, self.out_cache_loc, self.device, self.forward_mode)
+        fb = build_extend_batch(
+            self.extend_input_ids + [0] * len(self.decoding_reqs),
+            self.prefix_lens,
+            self.extend_lens,
+            rows,
+            self.out_cache_loc,
+            self.device,
+            self.forward_mode,
+        )
         if self.decoding_reqs:
-            fb.input_ids[len(self.extend_input_ids):] = self.mixed_input_ids
+            fb.input_ids[len(self.extend_input_ids) :] = self.mixed_input_ids
         self._add_logprob_fields(fb, n_ext)
         return fb
 
@@ -236,5 +244,5 @@ def _prompt_logprob_span(r: Req, prefix_len: int, extend_len: int) -> tuple:
     hi = min(prompt_len - 2, prefix_len + extend_len - 1)
     if hi < lo:
         return 0, 0, []
-    targets = r.origin_input_ids[lo + 1:hi + 2]
+    targets = r.origin_input_ids[lo + 1 : hi + 2]
     return lo - prefix_len, hi - lo + 1, targets

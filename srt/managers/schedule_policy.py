@@ -20,8 +20,14 @@ IGNORE_EOS_RESERVE_TOKENS = 1
 
 
 class SchedulePolicy:
-    def __init__(self, policy: str, tree_cache, radix_enabled: bool, priority_scheduling: bool = False,
-                 low_priority_values_first: bool = False):
+    def __init__(
+        self,
+        policy: str,
+        tree_cache,
+        radix_enabled: bool,
+        priority_scheduling: bool = False,
+        low_priority_values_first: bool = False,
+    ):
         self.requested = policy
         self.tree_cache = tree_cache
         # Prefix-aware policies are meaningless without a tree.
@@ -136,9 +142,18 @@ class PrefillAdder:
     remaining max_new_tokens fits, so admitted work can (on the forecast) always finish.
     """
 
-    def __init__(self, tree_cache, allocator, running_reqs: List[Req], new_token_ratio: float,
-                 max_prefill_tokens: int, chunked_prefill_size: Optional[int], mixed_decode_tokens: int = 0,
-                 page_size: int = 1, max_new_reqs: Optional[int] = None):
+    def __init__(
+        self,
+        tree_cache,
+        allocator,
+        running_reqs: List[Req],
+        new_token_ratio: float,
+        max_prefill_tokens: int,
+        chunked_prefill_size: Optional[int],
+        mixed_decode_tokens: int = 0,
+        page_size: int = 1,
+        max_new_reqs: Optional[int] = None,
+    ):
         self.tree_cache = tree_cache
         self.allocator = allocator
         self.running_reqs = running_reqs
@@ -149,7 +164,8 @@ class PrefillAdder:
         self.rem_total_token_offset = mixed_decode_tokens + sum(
             min(max((r.sampling_params.max_new_tokens or 0) - len(r.output_ids), 0), CLIP_MAX_NEW_TOKENS)
             * (1.0 if r.sampling_params.ignore_eos else new_token_ratio)
-            for r in running_reqs)
+            for r in running_reqs
+        )
         self.cur_rem_token_offset = mixed_decode_tokens
         self.can_run_list: List[Req] = []
         self.new_chunked_req: Optional[Req] = None
@@ -205,7 +221,7 @@ class PrefillAdder:
         if truncated:
             rem = self._aligned_trunc(len(req.prefix_indices), rem)
             req.extend_input_len = rem
-            req.fill_ids = req.fill_ids[:len(req.prefix_indices) + rem]
+            req.fill_ids = req.fill_ids[: len(req.prefix_indices) + rem]
         self.can_run_list.append(req)
         self._update_budget(0, req.extend_input_len, 0 if truncated else self._reserve(req))
         return req if truncated else None
@@ -242,7 +258,7 @@ class PrefillAdder:
                 self.tree_cache.dec_lock_ref(req.last_node)
                 return AddReqResult.OTHER
             req.extend_input_len = trunc
-            req.fill_ids = req.fill_ids[:prefix_len + trunc]
+            req.fill_ids = req.fill_ids[: prefix_len + trunc]
             self.can_run_list.append(req)
             self.new_chunked_req = req
             self._update_budget(prefix_len, trunc, 0)
@@ -254,8 +270,10 @@ class PrefillAdder:
         victims: List[Req] = []
         if need <= 0:
             return victims
-        cands = sorted((r for r in running if not r.finished()),
-                       key=lambda r: ((r.priority or 0) * -sign, -r.wait_queue_entry_time))
+        cands = sorted(
+            (r for r in running if not r.finished()),
+            key=lambda r: ((r.priority or 0) * -sign, -r.wait_queue_entry_time),
+        )
         freed = 0.0
         for r in cands:
             if ((req.priority or 0) - (r.priority or 0)) * -sign <= threshold:

@@ -27,8 +27,8 @@ import zmq
 from sglang.srt.configs.model_config import ModelConfig
 from sglang.srt.distributed.init import init_distributed
 from sglang.srt.distributed.parallel_state import tp_min_int
-from sglang.srt.managers.io_struct import DPLoad, SchedulerReady
 from sglang.srt.managers.invariant_checker import InvariantChecker
+from sglang.srt.managers.io_struct import DPLoad, SchedulerReady
 from sglang.srt.managers.loop_profiler import LoopProfiler
 from sglang.srt.managers.overlap import BatchLauncher, FutureMap
 from sglang.srt.managers.req import FinishAbort, Req
@@ -54,11 +54,12 @@ NEW_TOKEN_RATIO_DECAY_STEPS = 600
 @dataclass
 class LaunchedBatch:
     """What result processing needs of a batch as it was when launched (the live batch mutates)."""
+
     reqs: List[Req]
-    samples: List[bool]          # False for a non-final prefill chunk (its sample is discarded)
+    samples: List[bool]  # False for a non-final prefill chunk (its sample is discarded)
     forward_mode: object
-    n_extend: int                # leading requests that were extends (the rest are mixed decodes)
-    logprob_lens: List[int]      # prompt-logprob positions of each request in this pass
+    n_extend: int  # leading requests that were extends (the rest are mixed decodes)
+    logprob_lens: List[int]  # prompt-logprob positions of each request in this pass
     prefix_lens: List[int]
     extend_lens: List[int]
     launch_time: float
@@ -79,8 +80,7 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
         self.seed_rng = random.Random(seed)
         self.tp_size = server_args.tp_size
         init_distributed(server_args, port_args.nccl_port if port_args else 0, tp_rank, self.device)
-        self.model_runner = ModelRunner(self.model_config, server_args, self.device, gpu_id,
-                                        show_progress=tp_rank == 0)
+        self.model_runner = ModelRunner(self.model_config, server_args, self.device, gpu_id, show_progress=tp_rank == 0)
         self._agree_pool_sizes()
         self._init_limits()
         self._init_cache()
@@ -89,9 +89,16 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
         self._init_stats()
         self._init_grammar()
         self.overlap = not server_args.disable_overlap_schedule
-        self.future_map = (FutureMap(self.max_running_requests, self.model_config.context_len,
-                                     self.chunked_prefill_size or self.model_config.context_len, self.device)
-                           if self.overlap else None)
+        self.future_map = (
+            FutureMap(
+                self.max_running_requests,
+                self.model_config.context_len,
+                self.chunked_prefill_size or self.model_config.context_len,
+                self.device,
+            )
+            if self.overlap
+            else None
+        )
         self.invariants = InvariantChecker(self)
         self.loop_prof = LoopProfiler()
         self.launcher = BatchLauncher(self.model_runner, self.future_map, self.overlap, self.loop_prof)
@@ -102,8 +109,9 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
         if not self.server_args.skip_tokenizer_init:
             from sglang.srt.utils.hf_tokenizer import get_tokenizer
 
-            self.tokenizer = get_tokenizer(self.server_args.tokenizer_path or self.server_args.model_path,
-                                           self.server_args.trust_remote_code)
+            self.tokenizer = get_tokenizer(
+                self.server_args.tokenizer_path or self.server_args.model_path, self.server_args.trust_remote_code
+            )
         eos = set(self.model_config.eos_token_ids)
         if self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
             eos.add(self.tokenizer.eos_token_id)
@@ -116,8 +124,9 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
         self.send_to_tokenizer = None
         if self.tp_rank == 0 and port_args is not None:
             self.recv_from_tokenizer = make_socket(self.zmq_ctx, zmq.PULL, port_args.scheduler_input_ipc_name, True)
-            target = port_args.tokenizer_ipc_name if self.server_args.skip_tokenizer_init \
-                else port_args.detokenizer_ipc_name
+            target = (
+                port_args.tokenizer_ipc_name if self.server_args.skip_tokenizer_init else port_args.detokenizer_ipc_name
+            )
             self.send_to_detokenizer = make_socket(self.zmq_ctx, zmq.PUSH, target, False)
             self.send_to_tokenizer = make_socket(self.zmq_ctx, zmq.PUSH, port_args.tokenizer_ipc_name, False)
         self.dp_rank = port_args.dp_rank if port_args is not None else 0
@@ -135,7 +144,8 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
             # The buffers stay allocated; the allocator simply never hands out the extra slots.
             mr.max_total_num_tokens = tokens
             mr.token_to_kv_pool_allocator = type(mr.token_to_kv_pool_allocator)(
-                tokens, *([mr.page_size] if mr.page_size > 1 else []))
+                tokens, *([mr.page_size] if mr.page_size > 1 else [])
+            )
         if rows < mr.max_running_requests:
             mr.max_running_requests = rows
             mr.req_to_token_pool.free_slots = list(range(1, rows + 1))
@@ -150,8 +160,9 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
         self.max_req_len = min(self.context_len - 1, self.max_total_num_tokens - 1)
         self.max_req_input_len = self.max_req_len - 5
         if sa.chunked_prefill_size is None:
-            mem_gb = (torch.cuda.get_device_properties(mr.gpu_id).total_memory / (1 << 30)
-                      if self.device == "cuda" else None)
+            mem_gb = (
+                torch.cuda.get_device_properties(mr.gpu_id).total_memory / (1 << 30) if self.device == "cuda" else None
+            )
             chunk = default_chunked_prefill_size(mem_gb)
         else:
             chunk = sa.chunked_prefill_size
@@ -169,18 +180,29 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
         else:
             from sglang.srt.mem_cache.radix_cache import RadixCache
 
-            self.tree_cache = RadixCache(mr.req_to_token_pool, mr.token_to_kv_pool_allocator,
-                                         page_size=self.page_size, eviction_policy=sa.radix_eviction_policy)
+            self.tree_cache = RadixCache(
+                mr.req_to_token_pool,
+                mr.token_to_kv_pool_allocator,
+                page_size=self.page_size,
+                eviction_policy=sa.radix_eviction_policy,
+            )
         self.req_to_token_pool = mr.req_to_token_pool
         self.allocator = mr.token_to_kv_pool_allocator
 
     def _init_policy(self) -> None:
         sa = self.server_args
-        self.policy = SchedulePolicy(sa.schedule_policy, self.tree_cache, not sa.disable_radix_cache,
-                                     sa.enable_priority_scheduling, sa.schedule_low_priority_values_first)
+        self.policy = SchedulePolicy(
+            sa.schedule_policy,
+            self.tree_cache,
+            not sa.disable_radix_cache,
+            sa.enable_priority_scheduling,
+            sa.schedule_low_priority_values_first,
+        )
         self.init_new_token_ratio = min(INIT_NEW_TOKEN_RATIO * sa.schedule_conservativeness, 1.0)
         self.min_new_token_ratio = min(self.init_new_token_ratio * MIN_NEW_TOKEN_RATIO_FACTOR, 1.0)
-        self.new_token_ratio_decay = (self.init_new_token_ratio - self.min_new_token_ratio) / NEW_TOKEN_RATIO_DECAY_STEPS
+        self.new_token_ratio_decay = (
+            self.init_new_token_ratio - self.min_new_token_ratio
+        ) / NEW_TOKEN_RATIO_DECAY_STEPS
         self.new_token_ratio = self.init_new_token_ratio
 
     def _init_state(self) -> None:
@@ -224,8 +246,7 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
         load = (used, len(self.rid_to_req))
         if load != self._last_load:
             self._last_load = load
-            send_obj(self.send_load, DPLoad(self.dp_rank, used, len(self.rid_to_req)),
-                     self.server_args.ipc_serializer)
+            send_obj(self.send_load, DPLoad(self.dp_rank, used, len(self.rid_to_req)), self.server_args.ipc_serializer)
 
     def step(self) -> None:
         """One iteration after intake: the plain or the overlap schedule."""
@@ -275,8 +296,14 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
     def _is_fully_idle(self) -> bool:
         lb = self.last_batch
         unmerged = lb is not None and lb.forward_mode.is_extend() and any(not r.finished() for r in lb.reqs)
-        return (not self.waiting_queue and self.running_batch.is_empty() and self.chunked_req is None
-                and not self.pending and not self.grammar_queue_nonempty() and not unmerged)
+        return (
+            not self.waiting_queue
+            and self.running_batch.is_empty()
+            and self.chunked_req is None
+            and not self.pending
+            and not self.grammar_queue_nonempty()
+            and not unmerged
+        )
 
     # ------------------------------------------------------------------ batch selection
     def get_next_batch_to_run(self) -> Optional[ScheduleBatch]:
@@ -333,8 +360,16 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
             return None
         running = self.running_batch.reqs
         mixed = len(running) if self._can_mix() else 0
-        adder = PrefillAdder(self.tree_cache, self.allocator, running, self.new_token_ratio,
-                             self.max_prefill_tokens, self.chunked_prefill_size, mixed, self.page_size)
+        adder = PrefillAdder(
+            self.tree_cache,
+            self.allocator,
+            running,
+            self.new_token_ratio,
+            self.max_prefill_tokens,
+            self.chunked_prefill_size,
+            mixed,
+            self.page_size,
+        )
         chunked = self.chunked_req
         if chunked is not None:
             # The previous chunk's slots join the tree (or stay the request's own, without radix) and
@@ -366,8 +401,7 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
             r.is_retracted = False
             if r.queue_time_start is None:
                 r.queue_time_start = time.monotonic()
-        batch = ScheduleBatch(adder.can_run_list, self.req_to_token_pool, self.allocator, self.tree_cache,
-                              self.device)
+        batch = ScheduleBatch(adder.can_run_list, self.req_to_token_pool, self.allocator, self.tree_cache, self.device)
         batch.prepare_for_extend()
         # Publish the prompts to the tree now, not when the pass returns: the next batch (built while
         # this one runs) can already match them, and the device computes this pass's KV first.
@@ -390,8 +424,9 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
         sa = self.server_args
         if not sa.enable_priority_scheduling:
             return False
-        victims = adder.preempt_to_schedule(req, self.running_batch.reqs,
-                                            sa.priority_scheduling_preemption_threshold, self.policy.priority_sign)
+        victims = adder.preempt_to_schedule(
+            req, self.running_batch.reqs, sa.priority_scheduling_preemption_threshold, self.policy.priority_sign
+        )
         if not victims:
             return False
         self._preempt(victims)
@@ -425,9 +460,15 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
 
     def _exclude_finishing(self, batch: ScheduleBatch) -> None:
         """Requests certain to finish by length when their in-flight token lands need no further step."""
-        keep = [i for i, r in enumerate(batch.reqs)
-                if not r.finished() and not (r.sampling_params.max_new_tokens is not None and
-                                             len(r.output_ids) + r.inflight_tokens >= r.sampling_params.max_new_tokens)]
+        keep = [
+            i
+            for i, r in enumerate(batch.reqs)
+            if not r.finished()
+            and not (
+                r.sampling_params.max_new_tokens is not None
+                and len(r.output_ids) + r.inflight_tokens >= r.sampling_params.max_new_tokens
+            )
+        ]
         batch.filter_batch(keep_indices=keep)
 
     def update_running_batch(self) -> Optional[ScheduleBatch]:
@@ -445,7 +486,10 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
             for r in oom:
                 r.finished_reason = FinishAbort(
                     "Out of memory even after retracting all other requests; the KV cache is too small for "
-                    "this request.", 500, "InternalServerError")
+                    "this request.",
+                    500,
+                    "InternalServerError",
+                )
                 self.rid_to_req.pop(r.rid, None)
             if oom:
                 self.stream_output(oom)
@@ -461,8 +505,10 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
         with self.loop_prof.phase("l.fb"):
             fb = batch.to_forward_batch()
         n_ext = batch.batch_size() - len(batch.decoding_reqs) if batch.forward_mode.is_extend() else 0
-        samples = [i >= n_ext or len(r.fill_ids) == len(r.origin_input_ids) + len(r.output_ids)
-                   for i, r in enumerate(batch.reqs)]
+        samples = [
+            i >= n_ext or len(r.fill_ids) == len(r.origin_input_ids) + len(r.output_ids)
+            for i, r in enumerate(batch.reqs)
+        ]
         for r, s in zip(batch.reqs, samples):
             if s:
                 r.inflight_tokens += 1
@@ -484,9 +530,15 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
         if future is not None:
             batch.output_ids = (-future).to(self.device)
         launched = LaunchedBatch(
-            reqs=list(batch.reqs), samples=samples, forward_mode=batch.forward_mode, n_extend=n_ext,
-            logprob_lens=list(fb.extend_logprob_lens_cpu or []), prefix_lens=list(batch.prefix_lens),
-            extend_lens=list(batch.extend_lens), launch_time=time.perf_counter())
+            reqs=list(batch.reqs),
+            samples=samples,
+            forward_mode=batch.forward_mode,
+            n_extend=n_ext,
+            logprob_lens=list(fb.extend_logprob_lens_cpu or []),
+            prefix_lens=list(batch.prefix_lens),
+            extend_lens=list(batch.extend_lens),
+            launch_time=time.perf_counter(),
+        )
         self.forward_ct += 1
         return batch, launched, pending
 
@@ -503,8 +555,7 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
         self.maybe_log_idle()
 
 
-def run_scheduler_process(server_args: ServerArgs, port_args: PortArgs, gpu_id: int, tp_rank: int,
-                          pipe_writer) -> None:
+def run_scheduler_process(server_args: ServerArgs, port_args: PortArgs, gpu_id: int, tp_rank: int, pipe_writer) -> None:
     from sglang.srt.utils.process import configure_logger, kill_self_when_parent_dies
 
     configure_logger(server_args, prefix=f" TP{tp_rank}" if server_args.tp_size > 1 else "")
@@ -517,11 +568,11 @@ def run_scheduler_process(server_args: ServerArgs, port_args: PortArgs, gpu_id: 
         pipe_writer.send(("ready", sched.ready_info()))
         sched.log_startup()
         sched.event_loop()
-    except Exception as e:  # noqa: BLE001 - report any crash to the launcher, then die
+    except Exception as e:
         logger.exception("Scheduler hit an exception")
         try:
             pipe_writer.send(("error", f"{type(e).__name__}: {e}"))
-        except Exception:
+        except Exception:  # noqa: BLE001
             pass
         sys.stdout.flush()
         os._exit(1)

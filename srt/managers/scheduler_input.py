@@ -71,11 +71,20 @@ class SchedulerInputMixin:
 
     # ------------------------------------------------------------------ new requests
     def handle_generate_request(self, recv: TokenizedGenerateReqInput) -> None:
-        req = Req(recv.rid, recv.input_text, recv.input_ids, recv.sampling_params,
-                  return_logprob=recv.return_logprob, logprob_start_len=recv.logprob_start_len,
-                  top_logprobs_num=recv.top_logprobs_num, stream=recv.stream, priority=recv.priority,
-                  extra_key=recv.extra_key, eos_token_ids=self.eos_token_ids,
-                  vocab_size=self.model_config.vocab_size)
+        req = Req(
+            recv.rid,
+            recv.input_text,
+            recv.input_ids,
+            recv.sampling_params,
+            return_logprob=recv.return_logprob,
+            logprob_start_len=recv.logprob_start_len,
+            top_logprobs_num=recv.top_logprobs_num,
+            stream=recv.stream,
+            priority=recv.priority,
+            extra_key=recv.extra_key,
+            eos_token_ids=self.eos_token_ids,
+            vocab_size=self.model_config.vocab_size,
+        )
         req.auto_seed = self.seed_rng.getrandbits(31)
         self.rid_to_req[req.rid] = req
         err = self._validate(req)
@@ -100,8 +109,9 @@ class SchedulerInputMixin:
         if n == 0:
             return "The input is empty."
         if n > self.max_req_input_len:
-            return (f"The input ({n} tokens) is longer than the model's context length "
-                    f"({self.max_req_input_len} tokens).")
+            return (
+                f"The input ({n} tokens) is longer than the model's context length ({self.max_req_input_len} tokens)."
+            )
         if req.return_logprob and req.logprob_start_len > n:
             return f"logprob_start_len ({req.logprob_start_len}) is greater than the input length ({n})."
         vocab = self.model_config.vocab_size
@@ -145,8 +155,11 @@ class SchedulerInputMixin:
         if not timeout or not self.waiting_queue:
             return []
         now = time.monotonic()
-        return [r.rid for r in self.waiting_queue
-                if r.req_pool_idx is None and not r.output_ids and now - r.wait_queue_entry_time > timeout]
+        return [
+            r.rid
+            for r in self.waiting_queue
+            if r.req_pool_idx is None and not r.output_ids and now - r.wait_queue_entry_time > timeout
+        ]
 
     def expire_waiting(self, rids: List[str]) -> None:
         if not rids:
@@ -172,8 +185,9 @@ class SchedulerInputMixin:
         # 2. Grammar queue: the manager drops it; the next poll reports it as aborted.
         self.abort_grammar_waiting(match)
         # 3. Running or mid-prefill: marked, finished by the loop through the normal release path.
-        for r in list(self.running_batch.reqs) + ([self.chunked_req] if self.chunked_req else []) \
-                + self._inflight_reqs():
+        for r in (
+            list(self.running_batch.reqs) + ([self.chunked_req] if self.chunked_req else []) + self._inflight_reqs()
+        ):
             if match(r) and not r.finished() and r.to_finish is None:
                 r.to_finish = FinishAbort("Aborted by AbortReq.")
 
@@ -225,8 +239,9 @@ class SchedulerInputMixin:
         from sglang.srt.constrained.factory import make_grammar_backend
         from sglang.srt.constrained.grammar_manager import GrammarManager
 
-        backend = make_grammar_backend(self.server_args, self.tokenizer, self.model_config.vocab_size,
-                                       sorted(self.eos_token_ids))
+        backend = make_grammar_backend(
+            self.server_args, self.tokenizer, self.model_config.vocab_size, sorted(self.eos_token_ids)
+        )
         self.grammar_manager = GrammarManager(backend)
 
     def grammar_queue_nonempty(self) -> bool:

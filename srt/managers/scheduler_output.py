@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from typing import List, Optional
 
-
 from sglang.srt.managers.io_struct import BatchTokenIDOutput
 from sglang.srt.managers.req import Req
 from sglang.srt.utils.ipc import send_obj
@@ -70,12 +69,13 @@ class SchedulerOutputMixin:
     def _collect_input_logprobs(self, req: Req, result, off: int, n: int) -> None:
         if result.input_token_logprobs is None or n == 0:
             return
-        req.temp_input_token_logprobs.extend(result.input_token_logprobs[off:off + n])
+        req.temp_input_token_logprobs.extend(result.input_token_logprobs[off : off + n])
         if req.top_logprobs_num > 0 and result.input_top_logprobs_val is not None:
             k = req.top_logprobs_num
             for j in range(off, off + n):
                 req.temp_input_top_logprobs.append(
-                    list(zip(result.input_top_logprobs_val[j][:k], result.input_top_logprobs_idx[j][:k])))
+                    list(zip(result.input_top_logprobs_val[j][:k], result.input_top_logprobs_idx[j][:k]))
+                )
 
     def _finalize_input_logprobs(self, req: Req) -> None:
         """Prompt logprobs of tokens [start, len): the first is None (nothing precedes it here)."""
@@ -109,8 +109,9 @@ class SchedulerOutputMixin:
             req.output_token_logprobs.append([result.next_token_logprobs[i], tok])
             if req.top_logprobs_num > 0 and result.top_logprobs_val is not None:
                 k = req.top_logprobs_num
-                req.output_top_logprobs.append(list(zip(result.top_logprobs_val[i][:k],
-                                                        result.top_logprobs_idx[i][:k])))
+                req.output_top_logprobs.append(
+                    list(zip(result.top_logprobs_val[i][:k], result.top_logprobs_idx[i][:k]))
+                )
         if req.grammar is not None:
             self.grammar_accept(req, tok)
         invalid = bool(result.invalid[i]) if result.invalid else False
@@ -157,13 +158,13 @@ class SchedulerOutputMixin:
         return n % FORCE_STREAM_INTERVAL == 0
 
     def _add_output(self, out: BatchTokenIDOutput, req: Req) -> None:
-        new_ids = req.output_ids[req.send_token_offset:]
+        new_ids = req.output_ids[req.send_token_offset :]
         if req.read_offset is None:
             # First message: the detokenizer's window starts a few prompt tokens back.
             prompt = req.origin_input_ids
             req.surr_offset = max(len(prompt) - INIT_DETOKENIZE_OFFSET, 0)
             req.read_offset = len(prompt)
-            decode_ids = prompt[req.surr_offset:] + new_ids
+            decode_ids = prompt[req.surr_offset :] + new_ids
             read_offset = req.read_offset - req.surr_offset
         else:
             decode_ids = new_ids
@@ -190,8 +191,12 @@ class SchedulerOutputMixin:
 
     def _add_logprobs(self, out: BatchTokenIDOutput, req: Req) -> None:
         if not req.return_logprob:
-            for lst in (out.input_token_logprobs, out.input_top_logprobs, out.output_token_logprobs,
-                        out.output_top_logprobs):
+            for lst in (
+                out.input_token_logprobs,
+                out.input_top_logprobs,
+                out.output_token_logprobs,
+                out.output_top_logprobs,
+            ):
                 lst.append(None)
             return
         if not req.input_logprobs_sent and req.input_token_logprobs is not None:
@@ -208,6 +213,17 @@ class SchedulerOutputMixin:
 
 
 def _empty_batch_output() -> BatchTokenIDOutput:
-    return BatchTokenIDOutput(rids=[], finished_reasons=[], decode_ids=[], read_offsets=[], output_ids=[],
-                              skip_special_tokens=[], spaces_between_special_tokens=[], no_stop_trim=[],
-                              prompt_tokens=[], completion_tokens=[], cached_tokens=[], retraction_counts=[])
+    return BatchTokenIDOutput(
+        rids=[],
+        finished_reasons=[],
+        decode_ids=[],
+        read_offsets=[],
+        output_ids=[],
+        skip_special_tokens=[],
+        spaces_between_special_tokens=[],
+        no_stop_trim=[],
+        prompt_tokens=[],
+        completion_tokens=[],
+        cached_tokens=[],
+        retraction_counts=[],
+    )

@@ -40,8 +40,14 @@ class SchedulerStatsMixin:
         logger.info(
             "max_total_num_tokens=%d, chunked_prefill_size=%s, max_prefill_tokens=%d, max_running_requests=%d, "
             "context_len=%d, %s=%.2f GB",
-            self.max_total_num_tokens, self.chunked_prefill_size or -1, self.max_prefill_tokens,
-            self.max_running_requests, self.context_len, mem_name, self.model_runner.sizes.available_mem_gb)
+            self.max_total_num_tokens,
+            self.chunked_prefill_size or -1,
+            self.max_prefill_tokens,
+            self.max_running_requests,
+            self.context_len,
+            mem_name,
+            self.model_runner.sizes.available_mem_gb,
+        )
 
     def log_prefill_stats(self, adder, batch) -> None:
         self.total_prefill_input_tokens += adder.log_input_tokens
@@ -53,8 +59,14 @@ class SchedulerStatsMixin:
         logger.info(
             "Prefill batch, #new-seq: %d, #new-token: %d, #cached-token: %d, token usage: %.2f, "
             "#running-req: %d, #queue-req: %d, cache hit rate: %.2f",
-            len(adder.can_run_list), adder.log_input_tokens, adder.log_hit_tokens, self.token_usage(),
-            self.running_batch.batch_size(), len(self.waiting_queue), self.cache_hit_rate())
+            len(adder.can_run_list),
+            adder.log_input_tokens,
+            adder.log_hit_tokens,
+            self.token_usage(),
+            self.running_batch.batch_size(),
+            len(self.waiting_queue),
+            self.cache_hit_rate(),
+        )
 
     def log_retraction(self, n: int, old_ratio: float, new_ratio: float) -> None:
         self.num_retracted_total += n
@@ -62,7 +74,10 @@ class SchedulerStatsMixin:
             self.metrics.on_retract(n)
         logger.warning(
             "KV cache pool is full. Retract requests. #retracted_reqs: %d, #new_token_ratio: %.4f -> %.4f",
-            n, old_ratio, new_ratio)
+            n,
+            old_ratio,
+            new_ratio,
+        )
 
     def record_forward(self, launched, result) -> None:
         if self.metrics is not None:
@@ -85,8 +100,13 @@ class SchedulerStatsMixin:
         logger.info(
             "Decode batch, #running-req: %d, #token: %d, token usage: %.2f, cuda graph: %s, "
             "gen throughput (token/s): %.2f, #queue-req: %d",
-            self.running_batch.batch_size(), num_tokens, self.token_usage(),
-            self.model_runner.graph_runner is not None, self.last_gen_throughput, len(self.waiting_queue))
+            self.running_batch.batch_size(),
+            num_tokens,
+            self.token_usage(),
+            self.model_runner.graph_runner is not None,
+            self.last_gen_throughput,
+            len(self.waiting_queue),
+        )
 
     def maybe_log_idle(self) -> None:
         if self.metrics is not None:

@@ -82,9 +82,15 @@ class TokenizerManager:
         self.max_req_input_len = ready.max_req_input_len
         self.vocab_size = ready.vocab_size
         self.model_path = server_args.model_path
-        self.tokenizer = None if server_args.skip_tokenizer_init else get_tokenizer(
-            server_args.tokenizer_path or server_args.model_path, server_args.trust_remote_code,
-            server_args.chat_template)
+        self.tokenizer = (
+            None
+            if server_args.skip_tokenizer_init
+            else get_tokenizer(
+                server_args.tokenizer_path or server_args.model_path,
+                server_args.trust_remote_code,
+                server_args.chat_template,
+            )
+        )
         self.rid_to_state: Dict[str, ReqState] = {}
         self.ctx = zmq.asyncio.Context(2)
         self.recv_from_detokenizer = make_socket(self.ctx, zmq.PULL, port_args.tokenizer_ipc_name, True)
@@ -128,7 +134,7 @@ class TokenizerManager:
                             fut.set_result(obj)
                 else:
                     logger.warning("TokenizerManager got an unexpected %s", type(obj).__name__)
-            except Exception:  # noqa: BLE001 - the loop must survive one bad message
+            except Exception:
                 logger.exception("Error while handling %s", type(obj).__name__)
 
     def _fail(self, rid: str, err: GenerateError) -> None:
@@ -199,9 +205,11 @@ class TokenizerManager:
         if self.metrics is not None:
             self.metrics.on_chunk(st, len(delta_ids), now)
         st.last_chunk_time = now
-        return {"text": delta_text if incremental else st.text,
-                "output_ids": list(delta_ids) if incremental else list(st.output_ids),
-                "meta_info": meta}
+        return {
+            "text": delta_text if incremental else st.text,
+            "output_ids": list(delta_ids) if incremental else list(st.output_ids),
+            "meta_info": meta,
+        }
 
     def _add_logprobs(self, st: ReqState, out: BatchStrOutput, i: int, meta: Dict[str, Any]) -> None:
         with_text = st.obj.get("return_text_in_logprobs", False)
@@ -274,19 +282,28 @@ class TokenizerManager:
         if any(t < 0 or t >= self.vocab_size for t in ids):
             raise ValueError(f"Input token ids must be in [0, {self.vocab_size}).")
         if item["top_logprobs_num"] > self.vocab_size:
-            raise ValueError(f"top_logprobs_num ({item['top_logprobs_num']}) is larger than the vocabulary "
-                             f"({self.vocab_size}).")
+            raise ValueError(
+                f"top_logprobs_num ({item['top_logprobs_num']}) is larger than the vocabulary ({self.vocab_size})."
+            )
         if item["return_logprob"] and item["logprob_start_len"] > len(ids):
-            raise ValueError(f"logprob_start_len ({item['logprob_start_len']}) is greater than the input "
-                             f"length ({len(ids)}).")
+            raise ValueError(
+                f"logprob_start_len ({item['logprob_start_len']}) is greater than the input length ({len(ids)})."
+            )
         sp.normalize(self.tokenizer)
         rid = item["rid"]
         if rid in self.rid_to_state:
             raise ValueError(f"Duplicate request ID detected: {rid}")
-        return {**item, "input_ids": ids, "sp": sp, "stream": obj.stream, "priority": obj.priority,
-                "received_time": received,
-                "extra_key": obj.extra_key, "return_text_in_logprobs": obj.return_text_in_logprobs,
-                "log_metrics": obj.log_metrics}
+        return {
+            **item,
+            "input_ids": ids,
+            "sp": sp,
+            "stream": obj.stream,
+            "priority": obj.priority,
+            "received_time": received,
+            "extra_key": obj.extra_key,
+            "return_text_in_logprobs": obj.return_text_in_logprobs,
+            "log_metrics": obj.log_metrics,
+        }
 
     async def _validate_grammar(self, sp: SamplingParams) -> None:
         """Compile off the event loop, so a bad schema is a 400 before anything is queued."""
@@ -303,13 +320,15 @@ class TokenizerManager:
         if n == 0:
             raise ValueError("The input is empty.")
         if n > self.max_req_input_len:
-            raise ValueError(f"The input ({n} tokens) is longer than the model's context length "
-                             f"({self.max_req_input_len} tokens).")
+            raise ValueError(
+                f"The input ({n} tokens) is longer than the model's context length ({self.max_req_input_len} tokens)."
+            )
         if explicit_max and n + sp.max_new_tokens > self.context_len:
             raise ValueError(
                 f"Requested token count exceeds the model's maximum context length of {self.context_len} "
                 f"tokens. You requested a total of {n + sp.max_new_tokens} tokens: {n} tokens from the input "
-                f"and {sp.max_new_tokens} tokens for the completion. Please reduce the input or max_new_tokens.")
+                f"and {sp.max_new_tokens} tokens for the completion. Please reduce the input or max_new_tokens."
+            )
 
     async def _expand_n(self, prepared: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
         """n > 1: cache the prompt once (a prefill-only request), then fan out n copies."""
@@ -341,10 +360,18 @@ class TokenizerManager:
 
     def _tokenized(self, p: Dict[str, Any]) -> TokenizedGenerateReqInput:
         return TokenizedGenerateReqInput(
-            rid=p["rid"], input_text=p.get("text"), input_ids=p["input_ids"], sampling_params=p["sp"],
-            return_logprob=p["return_logprob"], logprob_start_len=p["logprob_start_len"],
-            top_logprobs_num=p["top_logprobs_num"], stream=p["stream"], priority=p.get("priority"),
-            extra_key=p.get("extra_key"), received_time=time.time())
+            rid=p["rid"],
+            input_text=p.get("text"),
+            input_ids=p["input_ids"],
+            sampling_params=p["sp"],
+            return_logprob=p["return_logprob"],
+            logprob_start_len=p["logprob_start_len"],
+            top_logprobs_num=p["top_logprobs_num"],
+            stream=p["stream"],
+            priority=p.get("priority"),
+            extra_key=p.get("extra_key"),
+            received_time=time.time(),
+        )
 
     async def _run_one(self, p: Dict[str, Any], request: Any) -> AsyncIterator[Dict[str, Any]]:
         st = self._register(p)
@@ -359,7 +386,7 @@ class TokenizerManager:
                 except asyncio.TimeoutError:
                     if request is not None and await request.is_disconnected():
                         await self.abort_request(p["rid"])
-                        raise ValueError(f"Client disconnected; request {p['rid']} aborted.")
+                        raise ValueError(f"Client disconnected; request {p['rid']} aborted.") from None
                     continue
                 out_list, st.out_list = st.out_list, []
                 finished = st.finished
@@ -387,8 +414,12 @@ class TokenizerManager:
 
     def _coalesce(self, out_list: List[Dict[str, Any]], rid: str) -> Dict[str, Any]:
         if len(out_list) >= BACKLOG_WARNING:
-            logger.warning("Streaming backlog: rid=%s, coalescing %d queued chunks into one. "
-                           "This may inflate P99 ITL for affected requests.", rid, len(out_list))
+            logger.warning(
+                "Streaming backlog: rid=%s, coalescing %d queued chunks into one. "
+                "This may inflate P99 ITL for affected requests.",
+                rid,
+                len(out_list),
+            )
         if len(out_list) == 1 or not self.server_args.incremental_streaming_output:
             return out_list[-1]  # cumulative chunks: the last one holds everything
         last = dict(out_list[-1])
@@ -466,9 +497,19 @@ class TokenizerManager:
         if len(states) == 1:
             return states[0]
         merged = dict(states[0])
-        for key in ("num_running_reqs", "num_waiting_reqs", "available_tokens", "evictable_tokens",
-                    "protected_tokens", "prefill_input_tokens_total", "prefill_cached_tokens_total",
-                    "num_retractions_total", "num_decode_steps", "max_total_num_tokens", "last_gen_throughput"):
+        for key in (
+            "num_running_reqs",
+            "num_waiting_reqs",
+            "available_tokens",
+            "evictable_tokens",
+            "protected_tokens",
+            "prefill_input_tokens_total",
+            "prefill_cached_tokens_total",
+            "num_retractions_total",
+            "num_decode_steps",
+            "max_total_num_tokens",
+            "last_gen_throughput",
+        ):
             merged[key] = sum(st[key] for st in states)
         merged["dp_states"] = sorted(states, key=lambda st: st["dp_rank"])
         return merged
@@ -493,4 +534,5 @@ def _ids_only(msg: BatchTokenIDOutput) -> BatchStrOutput:
 
     def each(lst):
         return list(lst) if lst else [None] * n
+
     return BatchStrOutput(**map_common(msg, each), output_strs=[""] * n)

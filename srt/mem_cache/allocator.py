@@ -110,7 +110,9 @@ class PagedTokenToKVPoolAllocator:
             return None
         return (pages[:, None] * self.page_size + torch.arange(self.page_size)).flatten()
 
-    def alloc_extend(self, prefix_lens: List[int], last_locs: List[int], extend_lens: List[int]) -> Optional[torch.Tensor]:
+    def alloc_extend(
+        self, prefix_lens: List[int], last_locs: List[int], extend_lens: List[int]
+    ) -> Optional[torch.Tensor]:
         """Slots for each request's new tokens, continuing its last page (last_loc = slot of its last token, or -1)."""
         ps = self.page_size
         need_pages = 0
@@ -130,7 +132,7 @@ class PagedTokenToKVPoolAllocator:
                 ext -= take
             n_new = _pages_for(ext, ps)
             if n_new:
-                new = pages[p:p + n_new]
+                new = pages[p : p + n_new]
                 p += n_new
                 parts.append((new[:, None] * ps + torch.arange(ps)).flatten()[:ext])
             out.append(torch.cat(parts) if parts else torch.empty(0, dtype=torch.int64))

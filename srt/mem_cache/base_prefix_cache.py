@@ -43,12 +43,17 @@ class BasePrefixCache(ABC):
         """Forget every cached prefix (the allocator is left alone)."""
 
     @abstractmethod
-    def match_prefix(self, key: List[int], extra_key: Optional[str] = None) -> MatchResult:
-        ...
+    def match_prefix(self, key: List[int], extra_key: Optional[str] = None) -> MatchResult: ...
 
     @abstractmethod
-    def insert(self, key: List[int], value: torch.Tensor, extra_key: Optional[str] = None,
-               priority: Optional[int] = None, chunked: bool = False) -> int:
+    def insert(
+        self,
+        key: List[int],
+        value: torch.Tensor,
+        extra_key: Optional[str] = None,
+        priority: Optional[int] = None,
+        chunked: bool = False,
+    ) -> int:
         """Cache `value` for `key`; returns how many leading tokens were already cached."""
 
     @abstractmethod
@@ -64,24 +69,19 @@ class BasePrefixCache(ABC):
         """Undo one inc_lock_ref; returns the change in evictable_size()."""
 
     @abstractmethod
-    def evictable_size(self) -> int:
-        ...
+    def evictable_size(self) -> int: ...
 
     @abstractmethod
-    def protected_size(self) -> int:
-        ...
+    def protected_size(self) -> int: ...
 
     def total_size(self) -> int:
         return self.evictable_size() + self.protected_size()
 
     @abstractmethod
-    def cache_finished_req(self, req: "Req", is_insert: bool = True) -> None:
-        ...
+    def cache_finished_req(self, req: "Req", is_insert: bool = True) -> None: ...
 
     @abstractmethod
-    def cache_unfinished_req(self, req: "Req", chunked: bool = False) -> None:
-        ...
+    def cache_unfinished_req(self, req: "Req", chunked: bool = False) -> None: ...
 
     @abstractmethod
-    def pretty_print(self) -> str:
-        ...
+    def pretty_print(self) -> str: ...

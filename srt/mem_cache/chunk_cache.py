@@ -18,8 +18,14 @@ if TYPE_CHECKING:
 
 
 class ChunkCache(BasePrefixCache):
-    def __init__(self, req_to_token_pool: Any, token_to_kv_pool_allocator: Any, page_size: int = 1,
-                 disable: bool = True, eviction_policy: str = "lru"):
+    def __init__(
+        self,
+        req_to_token_pool: Any,
+        token_to_kv_pool_allocator: Any,
+        page_size: int = 1,
+        disable: bool = True,
+        eviction_policy: str = "lru",
+    ):
         # disable / eviction_policy are accepted only so both caches construct alike; nothing is kept.
         self.req_to_token_pool = req_to_token_pool
         self.token_to_kv_pool_allocator = token_to_kv_pool_allocator
@@ -35,8 +41,14 @@ class ChunkCache(BasePrefixCache):
     def match_prefix(self, key: List[int], extra_key: Optional[str] = None) -> MatchResult:
         return MatchResult(empty_indices(), self.root)
 
-    def insert(self, key: List[int], value: Optional[torch.Tensor] = None, extra_key: Optional[str] = None,
-               priority: Optional[int] = None, chunked: bool = False) -> int:
+    def insert(
+        self,
+        key: List[int],
+        value: Optional[torch.Tensor] = None,
+        extra_key: Optional[str] = None,
+        priority: Optional[int] = None,
+        chunked: bool = False,
+    ) -> int:
         return 0
 
     def evict(self, num_tokens: int) -> int:

@@ -28,12 +28,14 @@ def alloc_token_slots(tree_cache, allocator, n: int) -> torch.Tensor:
     if out is None:
         raise OutOfMemoryError(
             f"Out of KV slots: need {n}, available {allocator.available_size()}, "
-            f"evictable {tree_cache.evictable_size()}")
+            f"evictable {tree_cache.evictable_size()}"
+        )
     return out
 
 
-def alloc_paged(tree_cache, allocator, prefix_lens: List[int], last_locs: List[int],
-                extend_lens: List[int]) -> torch.Tensor:
+def alloc_paged(
+    tree_cache, allocator, prefix_lens: List[int], last_locs: List[int], extend_lens: List[int]
+) -> torch.Tensor:
     """Paged allocation continuing each request's last page; evicts whole pages as needed."""
     ps = allocator.page_size
     worst = sum(extend_lens) + len(extend_lens) * ps
@@ -76,5 +78,3 @@ def page_need(seq_lens: List[int], page_size: int) -> int:
     if page_size == 1:
         return len(seq_lens)
     return sum(page_size for s in seq_lens if s % page_size == 0)
-
-

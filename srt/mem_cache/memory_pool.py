@@ -50,8 +50,9 @@ class ReqToTokenPool:
         if self.req_to_token_cpu is not self.req_to_token:
             self.req_to_token[row, start:end] = to_device(slots.to(torch.int32), self.device)
 
-    def write_batch(self, rows: Sequence[int], positions: Sequence[int], slots: torch.Tensor,
-                    on_device: bool = True) -> None:
+    def write_batch(
+        self, rows: Sequence[int], positions: Sequence[int], slots: torch.Tensor, on_device: bool = True
+    ) -> None:
         """Scatter one slot per (row, position) into the host mirror and, with on_device, the device
         table. A DECODE pass records its new slots on the device itself (write_device, inside the CUDA
         graph), so the decode step passes on_device=False and queues no copy or kernel here.
@@ -78,8 +79,17 @@ class ReqToTokenPool:
 class MHATokenToKVPool:
     """Per-layer K and V buffers of shape [size + page_size, kv_heads, head_dim]."""
 
-    def __init__(self, size: int, page_size: int, dtype: torch.dtype, head_num: int, head_dim: int,
-                 layer_num: int, device: str, v_head_dim: Optional[int] = None):
+    def __init__(
+        self,
+        size: int,
+        page_size: int,
+        dtype: torch.dtype,
+        head_num: int,
+        head_dim: int,
+        layer_num: int,
+        device: str,
+        v_head_dim: Optional[int] = None,
+    ):
         self.size = size
         self.page_size = page_size
         self.dtype = dtype
@@ -92,14 +102,16 @@ class MHATokenToKVPool:
         self.store_dtype = dtype
         rows = size + page_size
         self.k_buffer = [torch.zeros((rows, head_num, head_dim), dtype=dtype, device=device) for _ in range(layer_num)]
-        self.v_buffer = [torch.zeros((rows, head_num, self.v_head_dim), dtype=dtype, device=device)
-                         for _ in range(layer_num)]
+        self.v_buffer = [
+            torch.zeros((rows, head_num, self.v_head_dim), dtype=dtype, device=device) for _ in range(layer_num)
+        ]
         self.k_scale = [1.0] * layer_num
         self.v_scale = [1.0] * layer_num
 
     @staticmethod
-    def bytes_per_token(head_num: int, head_dim: int, layer_num: int, dtype: torch.dtype,
-                        v_head_dim: Optional[int] = None) -> int:
+    def bytes_per_token(
+        head_num: int, head_dim: int, layer_num: int, dtype: torch.dtype, v_head_dim: Optional[int] = None
+    ) -> int:
         elem = torch.empty(0, dtype=dtype).element_size()
         return head_num * (head_dim + (v_head_dim or head_dim)) * layer_num * elem
 

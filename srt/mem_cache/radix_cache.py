@@ -30,14 +30,31 @@ _CMP_BLOCK = 64
 
 
 class TreeNode:
-    __slots__ = ("id", "children", "parent", "key", "value", "extra_key", "lock_ref",
-                 "last_access_time", "creation_time", "hit_count", "priority")
+    __slots__ = (
+        "id",
+        "children",
+        "parent",
+        "key",
+        "value",
+        "extra_key",
+        "lock_ref",
+        "last_access_time",
+        "creation_time",
+        "hit_count",
+        "priority",
+    )
 
     _ids = itertools.count()
 
-    def __init__(self, key: Optional[List[int]] = None, value: Optional[torch.Tensor] = None,
-                 parent: Optional["TreeNode"] = None, extra_key: Optional[str] = None,
-                 now: float = 0.0, priority: int = 0):
+    def __init__(
+        self,
+        key: Optional[List[int]] = None,
+        value: Optional[torch.Tensor] = None,
+        parent: Optional["TreeNode"] = None,
+        extra_key: Optional[str] = None,
+        now: float = 0.0,
+        priority: int = 0,
+    ):
         self.id = next(TreeNode._ids)
         self.children: Dict[Hashable, TreeNode] = {}
         self.parent = parent
@@ -64,15 +81,15 @@ def common_prefix_len(node_key: List[int], key: List[int], start: int, page_size
     """Length of the common prefix of node_key and key[start:], rounded down to whole pages."""
     n = min(len(node_key), len(key) - start)
     if n == len(node_key):
-        if key[start:start + n] == node_key:
+        if key[start : start + n] == node_key:
             return n
-    elif key[start:start + n] == node_key[:n]:
+    elif key[start : start + n] == node_key[:n]:
         return n - n % page_size
     # Find the first differing block cheaply, then the first differing token inside it.
     i = 0
     while i < n:
         j = min(i + _CMP_BLOCK, n)
-        if key[start + i:start + j] != node_key[i:j]:
+        if key[start + i : start + j] != node_key[i:j]:
             break
         i = j
     while i < n and key[start + i] == node_key[i]:
@@ -81,8 +98,14 @@ def common_prefix_len(node_key: List[int], key: List[int], start: int, page_size
 
 
 class RadixCache(BasePrefixCache):
-    def __init__(self, req_to_token_pool: Any, token_to_kv_pool_allocator: Any, page_size: int = 1,
-                 disable: bool = False, eviction_policy: str = "lru"):
+    def __init__(
+        self,
+        req_to_token_pool: Any,
+        token_to_kv_pool_allocator: Any,
+        page_size: int = 1,
+        disable: bool = False,
+        eviction_policy: str = "lru",
+    ):
         self.req_to_token_pool = req_to_token_pool
         self.token_to_kv_pool_allocator = token_to_kv_pool_allocator
         self.page_size = page_size
@@ -95,7 +118,7 @@ class RadixCache(BasePrefixCache):
     # ------------------------------------------------------------------ state
     def reset(self) -> None:
         now = self._now()
-        self.root = TreeNode(now=now, priority=-(2 ** 62))
+        self.root = TreeNode(now=now, priority=-(2**62))
         # The root is permanently "locked" so no walk ever treats it as evictable.
         self.root.lock_ref = 1
         self._evictable_size = 0
@@ -119,7 +142,7 @@ class RadixCache(BasePrefixCache):
     # ------------------------------------------------------------------ keys
     def _child_key(self, extra_key: Optional[str], tokens: Sequence[int], pos: int) -> Hashable:
         ps = self.page_size
-        plain = tokens[pos] if ps == 1 else tuple(tokens[pos:pos + ps])
+        plain = tokens[pos] if ps == 1 else tuple(tokens[pos : pos + ps])
         return (extra_key, plain)
 
     def _node_child_key(self, node: TreeNode) -> Hashable:
@@ -158,8 +181,14 @@ class RadixCache(BasePrefixCache):
     def _split_node(self, child: TreeNode, split_len: int) -> TreeNode:
         """Cut `child` after split_len tokens; returns the new upper node (child keeps the rest)."""
         parent = child.parent
-        upper = TreeNode(child.key[:split_len], child.value[:split_len].clone(), parent,
-                         child.extra_key, child.last_access_time, child.priority)
+        upper = TreeNode(
+            child.key[:split_len],
+            child.value[:split_len].clone(),
+            parent,
+            child.extra_key,
+            child.last_access_time,
+            child.priority,
+        )
         # Every lock through child also passes through the upper part, so it inherits lock_ref.
         upper.lock_ref = child.lock_ref
         upper.hit_count = child.hit_count
@@ -173,8 +202,14 @@ class RadixCache(BasePrefixCache):
         return upper
 
     # ------------------------------------------------------------------ insert
-    def insert(self, key: List[int], value: Optional[torch.Tensor] = None, extra_key: Optional[str] = None,
-               priority: Optional[int] = None, chunked: bool = False) -> int:
+    def insert(
+        self,
+        key: List[int],
+        value: Optional[torch.Tensor] = None,
+        extra_key: Optional[str] = None,
+        priority: Optional[int] = None,
+        chunked: bool = False,
+    ) -> int:
         if self.disable:
             return 0
         key = self._aligned(key)
@@ -198,7 +233,7 @@ class RadixCache(BasePrefixCache):
             if split:
                 break
         if pos < len(key):
-            self._add_leaf(node, key[pos:], value[pos:len(key)], extra_key, now, priority)
+            self._add_leaf(node, key[pos:], value[pos : len(key)], extra_key, now, priority)
         return pos
 
     def _touch(self, node: TreeNode, priority: Optional[int], chunked: bool) -> None:
@@ -208,8 +243,15 @@ class RadixCache(BasePrefixCache):
         if not chunked:
             node.hit_count += 1
 
-    def _add_leaf(self, parent: TreeNode, key: List[int], value: torch.Tensor, extra_key: Optional[str],
-                  now: float, priority: Optional[int]) -> TreeNode:
+    def _add_leaf(
+        self,
+        parent: TreeNode,
+        key: List[int],
+        value: torch.Tensor,
+        extra_key: Optional[str],
+        now: float,
+        priority: Optional[int],
+    ) -> TreeNode:
         leaf = TreeNode(key, value.clone(), parent, extra_key, now, priority if priority is not None else 0)
         parent.children[self._node_child_key(leaf)] = leaf
         self._evictable_size += len(key)
@@ -318,8 +360,7 @@ class RadixCache(BasePrefixCache):
         protected = req.cache_protected_len
         aligned = len(fill) - len(fill) % self.page_size
         key = fill[:aligned]
-        present = self.insert(key, kv[:aligned], extra_key=req.extra_key, priority=req.priority,
-                              chunked=chunked)
+        present = self.insert(key, kv[:aligned], extra_key=req.extra_key, priority=req.priority, chunked=chunked)
         self._free(kv[protected:present])
         match = self.match_prefix(key, extra_key=req.extra_key)
         new_indices, new_node = match.device_indices, match.last_node
@@ -359,12 +400,13 @@ class RadixCache(BasePrefixCache):
         return torch.cat(values) if values else empty_indices()
 
     def pretty_print(self) -> str:
-        lines = [f"RadixCache(page_size={self.page_size}, policy={self.eviction_policy}, "
-                 f"evictable={self._evictable_size}, protected={self._protected_size})"]
+        lines = [
+            f"RadixCache(page_size={self.page_size}, policy={self.eviction_policy}, "
+            f"evictable={self._evictable_size}, protected={self._protected_size})"
+        ]
         for node, depth in self._iter_nodes():
             head = node.key[:10]
             more = "..." if len(node.key) > 10 else ""
             extra = f" extra={node.extra_key!r}" if node.extra_key is not None else ""
-            lines.append(f"{'  ' * (depth + 1)}len={len(node.key)} lock={node.lock_ref}{extra} "
-                         f"key={head}{more}")
+            lines.append(f"{'  ' * (depth + 1)}len={len(node.key)} lock={node.lock_ref}{extra} key={head}{more}")
         return "\n".join(lines)

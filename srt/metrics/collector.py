@@ -25,12 +25,79 @@ from sglang.srt.metrics import names
 
 # Bucket edges in seconds. CPU serving of a small model reaches tens of seconds under load, GPU
 # serving sits at milliseconds: the edges span both.
-TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0,
-                20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 300.0, 600.0)
-ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2,
-               0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0)
-E2E_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0,
-               120.0, 180.0, 300.0, 600.0, 1200.0, 2400.0)
+TTFT_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.2,
+    0.35,
+    0.5,
+    0.75,
+    1.0,
+    1.5,
+    2.0,
+    3.0,
+    5.0,
+    7.5,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    45.0,
+    60.0,
+    90.0,
+    120.0,
+    300.0,
+    600.0,
+)
+ITL_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.0075,
+    0.01,
+    0.015,
+    0.02,
+    0.03,
+    0.04,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.5,
+    0.75,
+    1.0,
+    2.0,
+    5.0,
+    10.0,
+)
+E2E_BUCKETS = (
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.0,
+    3.0,
+    5.0,
+    7.5,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    45.0,
+    60.0,
+    90.0,
+    120.0,
+    180.0,
+    300.0,
+    600.0,
+    1200.0,
+    2400.0,
+)
 
 
 def _wants_metrics(state: Any) -> bool:
@@ -86,12 +153,11 @@ class ServerMetricsCollector:
         self.cached_tokens = counter(names.CACHED_TOKENS, "Prompt tokens served from the prefix cache.")
         self.num_requests = counter(names.NUM_REQUESTS, "Finished requests, aborted ones included.")
         self.num_aborted = counter(names.NUM_ABORTED_REQUESTS, "Requests that finished with an abort.")
-        self.ttft = histogram(names.TIME_TO_FIRST_TOKEN, "Seconds from arrival to the first output token.",
-                              TTFT_BUCKETS)
-        self.itl = histogram(names.INTER_TOKEN_LATENCY, "Seconds between consecutive output tokens.",
-                             ITL_BUCKETS)
-        self.e2e = histogram(names.E2E_REQUEST_LATENCY, "Seconds from arrival to the last output.",
-                             E2E_BUCKETS)
+        self.ttft = histogram(
+            names.TIME_TO_FIRST_TOKEN, "Seconds from arrival to the first output token.", TTFT_BUCKETS
+        )
+        self.itl = histogram(names.INTER_TOKEN_LATENCY, "Seconds between consecutive output tokens.", ITL_BUCKETS)
+        self.e2e = histogram(names.E2E_REQUEST_LATENCY, "Seconds from arrival to the last output.", E2E_BUCKETS)
         self.scheduler = _SchedulerSnapshot(model_name)
         self.registry.register(self.scheduler)
 

@@ -40,8 +40,9 @@ def scheduler_snapshot(s: Any) -> Dict[str, float]:
 
 
 class SchedulerMetricsReporter:
-    def __init__(self, scheduler: Any, sock: zmq.Socket, serializer: str = "pickle",
-                 min_interval: float = DEFAULT_MIN_INTERVAL_S):
+    def __init__(
+        self, scheduler: Any, sock: zmq.Socket, serializer: str = "pickle", min_interval: float = DEFAULT_MIN_INTERVAL_S
+    ):
         self.scheduler = scheduler
         self.sock = sock
         self.serializer = serializer

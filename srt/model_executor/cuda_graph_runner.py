@@ -110,8 +110,7 @@ class CudaGraphRunner:
         self.packed = torch.zeros((4, n), dtype=torch.int64, device=self.device)
         self.packed[2].fill_(self.fill_seq_len)
         # The padding column: position 0, dummy row 0, fill seq_len, dummy slot 0.
-        self.pad_col = torch.tensor([0, 0, self.fill_seq_len, 0], dtype=torch.int64,
-                                    device=self.device).view(4, 1)
+        self.pad_col = torch.tensor([0, 0, self.fill_seq_len, 0], dtype=torch.int64, device=self.device).view(4, 1)
         self.backend.init_cuda_graph_state(n)
 
         self.graphs: Dict[int, List[object]] = {}
@@ -122,8 +121,12 @@ class CudaGraphRunner:
         self._capture_all()
         self.capture_time = time.perf_counter() - t0
         self.capture_mem_gb = (mem0 - self._free_mem()) / GB
-        logger.info("Captured CUDA graphs for decode bs %s in %.1f s (%.2f GB)", self.capture_bs,
-                    self.capture_time, self.capture_mem_gb)
+        logger.info(
+            "Captured CUDA graphs for decode bs %s in %.1f s (%.2f GB)",
+            self.capture_bs,
+            self.capture_time,
+            self.capture_mem_gb,
+        )
 
     # ------------------------------------------------------------------ capture
     def _free_mem(self) -> int:
@@ -134,11 +137,19 @@ class CudaGraphRunner:
     def _static_batch(self, bs: int) -> ForwardBatch:
         r = self.runner
         return ForwardBatch(
-            forward_mode=ForwardMode.DECODE, batch_size=bs, input_ids=self.input_ids[:bs],
-            positions=self.packed[0, :bs], req_pool_indices=self.packed[1, :bs], seq_lens=self.packed[2, :bs],
-            out_cache_loc=self.packed[3, :bs], seq_lens_cpu=None, seq_lens_sum=bs * self.fill_seq_len,
-            req_to_token_pool=r.req_to_token_pool, token_to_kv_pool=r.token_to_kv_pool,
-            attn_backend=self.backend)
+            forward_mode=ForwardMode.DECODE,
+            batch_size=bs,
+            input_ids=self.input_ids[:bs],
+            positions=self.packed[0, :bs],
+            req_pool_indices=self.packed[1, :bs],
+            seq_lens=self.packed[2, :bs],
+            out_cache_loc=self.packed[3, :bs],
+            seq_lens_cpu=None,
+            seq_lens_sum=bs * self.fill_seq_len,
+            req_to_token_pool=r.req_to_token_pool,
+            token_to_kv_pool=r.token_to_kv_pool,
+            attn_backend=self.backend,
+        )
 
     def _forward_static(self, bs: int) -> LogitsProcessorOutput:
         """The captured work: reads only static buffers."""

@@ -42,19 +42,19 @@ class ForwardMode(IntEnum):
 class ForwardBatch:
     forward_mode: ForwardMode
     batch_size: int
-    input_ids: torch.Tensor          # [num_tokens] int64 (may hold negative future ids before resolution)
-    positions: torch.Tensor          # [num_tokens] int64
-    req_pool_indices: torch.Tensor   # [bs] int64
-    seq_lens: torch.Tensor           # [bs] int64, length including this pass's tokens
-    out_cache_loc: torch.Tensor      # [num_tokens] int64 KV slots written by this pass
+    input_ids: torch.Tensor  # [num_tokens] int64 (may hold negative future ids before resolution)
+    positions: torch.Tensor  # [num_tokens] int64
+    req_pool_indices: torch.Tensor  # [bs] int64
+    seq_lens: torch.Tensor  # [bs] int64, length including this pass's tokens
+    out_cache_loc: torch.Tensor  # [num_tokens] int64 KV slots written by this pass
     seq_lens_cpu: Optional[torch.Tensor] = None
     seq_lens_sum: int = 0
 
     # Extend only.
     extend_num_tokens: int = 0
-    extend_seq_lens: Optional[torch.Tensor] = None       # [bs] device
-    extend_prefix_lens: Optional[torch.Tensor] = None    # [bs] device
-    extend_start_loc: Optional[torch.Tensor] = None      # [bs] device
+    extend_seq_lens: Optional[torch.Tensor] = None  # [bs] device
+    extend_prefix_lens: Optional[torch.Tensor] = None  # [bs] device
+    extend_start_loc: Optional[torch.Tensor] = None  # [bs] device
     extend_seq_lens_cpu: List[int] = field(default_factory=list)
     extend_prefix_lens_cpu: List[int] = field(default_factory=list)
     max_extend_len: int = 0
@@ -63,7 +63,7 @@ class ForwardBatch:
     return_logprob: bool = False
     top_logprobs_nums: Optional[List[int]] = None
     extend_logprob_start_lens_cpu: Optional[List[int]] = None  # per request, relative to the extend part
-    extend_logprob_lens_cpu: Optional[List[int]] = None        # per request, prompt-logprob positions here
+    extend_logprob_lens_cpu: Optional[List[int]] = None  # per request, prompt-logprob positions here
     extend_input_logprob_token_ids: Optional[torch.Tensor] = None  # next-token ids of logprob positions
 
     sampling_info: Optional["SamplingBatchInfo"] = None
@@ -79,22 +79,41 @@ class ForwardBatch:
     decode_packed: Optional[torch.Tensor] = None
 
 
-def build_extend_batch(input_ids: list, prefix_lens: list, extend_lens: list, rows: list, out_cache_loc: torch.Tensor,
-                       device: str, mode: ForwardMode = ForwardMode.EXTEND) -> ForwardBatch:
+def build_extend_batch(
+    input_ids: list,
+    prefix_lens: list,
+    extend_lens: list,
+    rows: list,
+    out_cache_loc: torch.Tensor,
+    device: str,
+    mode: ForwardMode = ForwardMode.EXTEND,
+) -> ForwardBatch:
     """An EXTEND (or MIXED) ForwardBatch from host lists; every per-token and per-request index array
     travels in one packed host-to-device copy."""
     bs = len(rows)
     seq_lens = [p + e for p, e in zip(prefix_lens, extend_lens)]
-    positions = torch.cat([torch.arange(p, p + e, dtype=torch.int64) for p, e in zip(prefix_lens, extend_lens)]) \
-        if bs else torch.empty(0, dtype=torch.int64)
+    positions = (
+        torch.cat([torch.arange(p, p + e, dtype=torch.int64) for p, e in zip(prefix_lens, extend_lens)])
+        if bs
+        else torch.empty(0, dtype=torch.int64)
+    )
     starts = [0] * bs
     for i in range(1, bs):
         starts[i] = starts[i - 1] + extend_lens[i - 1]
     seq_lens_cpu = torch.tensor(seq_lens, dtype=torch.int64)
     ids, pos, rows_d, seq_d, loc, ext_d, pre_d, start_d = to_device_packed(
-        [torch.tensor(input_ids, dtype=torch.int64), positions, torch.tensor(rows, dtype=torch.int64), seq_lens_cpu,
-         out_cache_loc, torch.tensor(extend_lens, dtype=torch.int64), torch.tensor(prefix_lens, dtype=torch.int64),
-         torch.tensor(starts, dtype=torch.int64)], device)
+        [
+            torch.tensor(input_ids, dtype=torch.int64),
+            positions,
+            torch.tensor(rows, dtype=torch.int64),
+            seq_lens_cpu,
+            out_cache_loc,
+            torch.tensor(extend_lens, dtype=torch.int64),
+            torch.tensor(prefix_lens, dtype=torch.int64),
+            torch.tensor(starts, dtype=torch.int64),
+        ],
+        device,
+    )
     return ForwardBatch(
         forward_mode=mode,
         batch_size=bs,
@@ -115,8 +134,9 @@ def build_extend_batch(input_ids: list, prefix_lens: list, extend_lens: list, ro
     )
 
 
-def build_decode_batch(input_ids: torch.Tensor, seq_lens: list, rows: list, out_cache_loc: torch.Tensor,
-                       device: str) -> ForwardBatch:
+def build_decode_batch(
+    input_ids: torch.Tensor, seq_lens: list, rows: list, out_cache_loc: torch.Tensor, device: str
+) -> ForwardBatch:
     """A DECODE ForwardBatch; seq_lens include the token being decoded. input_ids may already be on device.
 
     positions, rows, seq_lens and slots go to the device as one [4, bs] int64 block (one copy); the
@@ -171,13 +191,13 @@ def pack_host(tensors: List[torch.Tensor]) -> Tuple[torch.Tensor, List[int]]:
     offs = packed_offsets([t.numel() for t in tensors])
     flat = torch.zeros(offs[-1], dtype=torch.int64)
     for t, o in zip(tensors, offs):
-        flat[o:o + t.numel()] = t.reshape(-1)
+        flat[o : o + t.numel()] = t.reshape(-1)
     return flat, offs
 
 
 def unpack(flat: torch.Tensor, offs: List[int], shapes: List[torch.Size]) -> List[torch.Tensor]:
     """Views of `flat` (host or device) in the shapes packed by pack_host."""
-    return [flat[o:o + math.prod(s)].view(s) for o, s in zip(offs, shapes)]
+    return [flat[o : o + math.prod(s)].view(s) for o, s in zip(offs, shapes)]
 
 
 def to_device_packed(tensors: List[torch.Tensor], device: str) -> List[torch.Tensor]:

@@ -20,8 +20,8 @@ from sglang.srt.model_executor.forward_batch_info import ForwardBatch
 from sglang.srt.model_loader.loader import load_model
 from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
 from sglang.srt.server_args import ServerArgs
-from sglang.srt.utils.cublas_workspace import configure_cublas_workspace
 from sglang.srt.utils import jit_watch
+from sglang.srt.utils.cublas_workspace import configure_cublas_workspace
 
 logger = logging.getLogger(__name__)
 
@@ -38,8 +38,14 @@ class PoolSizes:
 
 
 class ModelRunner:
-    def __init__(self, model_config: ModelConfig, server_args: ServerArgs, device: str, gpu_id: int = 0,
-                 show_progress: bool = True):
+    def __init__(
+        self,
+        model_config: ModelConfig,
+        server_args: ServerArgs,
+        device: str,
+        gpu_id: int = 0,
+        show_progress: bool = True,
+    ):
         self.model_config = model_config
         self.server_args = server_args
         self.device = device
@@ -53,8 +59,14 @@ class ModelRunner:
             jit_watch.install()
         self._pre_load_free = self._free_memory()
         t0 = time.perf_counter()
-        self.model = load_model(model_config, server_args.load_format, self.dtype, device,
-                                seed=server_args.random_seed or 0, show_progress=show_progress)
+        self.model = load_model(
+            model_config,
+            server_args.load_format,
+            self.dtype,
+            device,
+            seed=server_args.random_seed or 0,
+            show_progress=show_progress,
+        )
         self.load_time = time.perf_counter() - t0
         self.vocab_size = model_config.vocab_size
         self.kv_dtype = self._kv_dtype()
@@ -74,8 +86,14 @@ class ModelRunner:
         if device == "cuda":
             logger.info(
                 "KV pool: max_total_num_tokens=%d (%s, %d B/token), weights %.2f GB, mem_fraction_static=%.3f, "
-                "available_gpu_mem=%.2f GB", self.max_total_num_tokens, str(self.kv_dtype).replace("torch.", ""),
-                self.cell_size(), self.weight_bytes() / GB, self.mem_fraction, self.sizes.available_mem_gb)
+                "available_gpu_mem=%.2f GB",
+                self.max_total_num_tokens,
+                str(self.kv_dtype).replace("torch.", ""),
+                self.cell_size(),
+                self.weight_bytes() / GB,
+                self.mem_fraction,
+                self.sizes.available_mem_gb,
+            )
 
     # ------------------------------------------------------------------ memory
     def _free_memory(self) -> int:
@@ -94,8 +112,9 @@ class ModelRunner:
 
     def cell_size(self) -> int:
         cfg = self.model_config
-        return MHATokenToKVPool.bytes_per_token(cfg.kv_heads_per_rank(self.tp_size), cfg.head_dim,
-                                                cfg.num_hidden_layers, self.kv_dtype)
+        return MHATokenToKVPool.bytes_per_token(
+            cfg.kv_heads_per_rank(self.tp_size), cfg.head_dim, cfg.num_hidden_layers, self.kv_dtype
+        )
 
     def weight_bytes(self) -> int:
         return sum(p.numel() * p.element_size() for p in self.model.parameters())
@@ -120,7 +139,8 @@ class ModelRunner:
         if tokens < 16:
             raise RuntimeError(
                 f"Not enough memory for the KV cache ({rest / GB:.2f} GB left after weights). "
-                "Raise --mem-fraction-static or set --max-total-tokens.")
+                "Raise --mem-fraction-static or set --max-total-tokens."
+            )
         ctx = self.model_config.context_len
         estimated = int(min(max(tokens / ctx * 512, 2048), 4096))
         if sa.max_running_requests:
@@ -133,8 +153,14 @@ class ModelRunner:
         cfg = self.model_config
         self.req_to_token_pool = ReqToTokenPool(self.max_running_requests, cfg.context_len + 4, self.device)
         self.token_to_kv_pool = MHATokenToKVPool(
-            self.max_total_num_tokens, self.page_size, self.kv_dtype, cfg.kv_heads_per_rank(self.tp_size),
-            cfg.head_dim, cfg.num_hidden_layers, self.device)
+            self.max_total_num_tokens,
+            self.page_size,
+            self.kv_dtype,
+            cfg.kv_heads_per_rank(self.tp_size),
+            cfg.head_dim,
+            cfg.num_hidden_layers,
+            self.device,
+        )
         if self.page_size == 1:
             self.token_to_kv_pool_allocator = TokenToKVPoolAllocator(self.max_total_num_tokens)
         else:
@@ -187,8 +213,13 @@ class ModelRunner:
         self.attn_backend.init_forward_metadata(fb)
         return self.model.forward(fb.input_ids, fb.positions, fb)
 
-    def sample(self, logits_output: LogitsProcessorOutput, info: SamplingBatchInfo, return_logprob: bool = False,
-               top_logprobs_nums: Optional[list] = None) -> SampleOutput:
+    def sample(
+        self,
+        logits_output: LogitsProcessorOutput,
+        info: SamplingBatchInfo,
+        return_logprob: bool = False,
+        top_logprobs_nums: Optional[list] = None,
+    ) -> SampleOutput:
         return sample(logits_output.next_token_logits, info, return_logprob, top_logprobs_nums)
 
 

@@ -21,8 +21,12 @@ class StaticBatch:
         self.rows: List[int] = []
         self.lens: List[int] = []
 
-    def prefill(self, prompts: List[List[int]], shared_prefix: Optional[List[int]] = None,
-                max_tokens_per_pass: Optional[int] = None) -> LogitsProcessorOutput:
+    def prefill(
+        self,
+        prompts: List[List[int]],
+        shared_prefix: Optional[List[int]] = None,
+        max_tokens_per_pass: Optional[int] = None,
+    ) -> LogitsProcessorOutput:
         """Prefill each prompt. shared_prefix[i] = index j < i whose first tokens request i reuses
         (the longest common prefix, capped at len-1), or -1. With max_tokens_per_pass, requests are
         run in consecutive groups of at most that many new tokens (at least one request each), the
@@ -49,8 +53,14 @@ class StaticBatch:
         self.rows, self.lens = rows, [len(p) for p in prompts]
         outs = []
         for lo, hi in _groups(extend_lens, max_tokens_per_pass):
-            fb = build_extend_batch([t for ids in extend_ids[lo:hi] for t in ids], prefix_lens[lo:hi],
-                                    extend_lens[lo:hi], rows[lo:hi], torch.cat(locs[lo:hi]), r.device)
+            fb = build_extend_batch(
+                [t for ids in extend_ids[lo:hi] for t in ids],
+                prefix_lens[lo:hi],
+                extend_lens[lo:hi],
+                rows[lo:hi],
+                torch.cat(locs[lo:hi]),
+                r.device,
+            )
             outs.append(r.forward(fb))
         if len(outs) == 1:
             return outs[0]

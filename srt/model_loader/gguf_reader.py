@@ -63,12 +63,15 @@ def read_gguf_metadata(path: str) -> Tuple[Dict[str, Any], Set[str]]:
     md: Dict[str, Any] = {}
     for name, f in reader.fields.items():
         if name.startswith("tokenizer.ggml.") and name not in (
-                "tokenizer.ggml.eos_token_id", "tokenizer.ggml.bos_token_id", "tokenizer.ggml.model"):
+            "tokenizer.ggml.eos_token_id",
+            "tokenizer.ggml.bos_token_id",
+            "tokenizer.ggml.model",
+        ):
             continue  # the vocabulary is large and read by the tokenizer loader instead
         try:
             val = f.contents()
             json.dumps(val)
-        except Exception:  # pragma: no cover - exotic field types we do not need
+        except Exception:  # noqa: BLE001 - pragma: no cover - exotic field types we do not need
             continue
         md[name] = val
     names = [t.name for t in reader.tensors]

@@ -29,8 +29,9 @@ def _default_dtype(dtype: torch.dtype):
         torch.set_default_dtype(old)
 
 
-def load_model(cfg: ModelConfig, load_format: str, dtype: torch.dtype, device: str,
-               seed: int = 0, show_progress: bool = True) -> nn.Module:
+def load_model(
+    cfg: ModelConfig, load_format: str, dtype: torch.dtype, device: str, seed: int = 0, show_progress: bool = True
+) -> nn.Module:
     with _default_dtype(dtype), torch.device(device):
         model = get_model_class(cfg)(cfg)
     # Rotary caches are float32 buffers by design; keep them so even in bf16 models.
@@ -39,8 +40,11 @@ def load_model(cfg: ModelConfig, load_format: str, dtype: torch.dtype, device: s
         _fill_dummy(model, seed)
     else:
         weights, total = _weight_iterator(cfg, fmt)
-        model.load_weights(tqdm(weights, total=total, desc="Loading weights", unit="tensor",
-                                disable=not show_progress, mininterval=0.5))
+        model.load_weights(
+            tqdm(
+                weights, total=total, desc="Loading weights", unit="tensor", disable=not show_progress, mininterval=0.5
+            )
+        )
     model.eval()
     return model
 
@@ -62,8 +66,10 @@ def _weight_iterator(cfg: ModelConfig, fmt: str) -> Tuple[Iterator[Tuple[str, to
         from sglang.srt.model_loader.gguf_reader import gguf_tensor_count, iterate_gguf_weights
 
         path = resolve_gguf_file(cfg.model_path) or cfg.model_path
-        return (iterate_gguf_weights(path, cfg.num_attention_heads, cfg.num_key_value_heads,
-                                     cfg.model_type), gguf_tensor_count(path))
+        return (
+            iterate_gguf_weights(path, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.model_type),
+            gguf_tensor_count(path),
+        )
     if fmt == "safetensors":
         files = _safetensors_files(cfg.model_path)
         from safetensors import safe_open

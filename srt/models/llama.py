@@ -37,20 +37,22 @@ class LlamaAttention(nn.Module):
     def __init__(self, cfg: ModelConfig, layer_id: int):
         super().__init__()
         self.head_dim = cfg.head_dim
-        self.qkv_proj = QKVParallelLinear(cfg.hidden_size, cfg.head_dim, cfg.num_attention_heads,
-                                          cfg.num_key_value_heads, bias=cfg.attention_bias)
+        self.qkv_proj = QKVParallelLinear(
+            cfg.hidden_size, cfg.head_dim, cfg.num_attention_heads, cfg.num_key_value_heads, bias=cfg.attention_bias
+        )
         self.num_heads = self.qkv_proj.num_heads
         self.num_kv_heads = self.qkv_proj.num_kv_heads
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
         self.o_proj = RowParallelLinear(cfg.num_attention_heads * cfg.head_dim, cfg.hidden_size)
-        self.rotary_emb = RotaryEmbedding(cfg.head_dim, cfg.context_len or cfg.max_position_embeddings,
-                                          cfg.rope_theta, cfg.rope_scaling)
+        self.rotary_emb = RotaryEmbedding(
+            cfg.head_dim, cfg.context_len or cfg.max_position_embeddings, cfg.rope_theta, cfg.rope_scaling
+        )
         self.qk_norm = cfg.qk_norm
         if self.qk_norm:
             self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
             self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
-        self.attn = RadixAttention(self.num_heads, self.head_dim, self.head_dim ** -0.5, self.num_kv_heads, layer_id)
+        self.attn = RadixAttention(self.num_heads, self.head_dim, self.head_dim**-0.5, self.num_kv_heads, layer_id)
 
     def forward(self, positions: torch.Tensor, hidden: torch.Tensor, forward_batch: ForwardBatch) -> torch.Tensor:
         qkv = self.qkv_proj(hidden)
@@ -125,8 +127,9 @@ class LlamaForCausalLM(nn.Module):
         self.logits_processor = LogitsProcessor(cfg.vocab_size)
 
     @torch.no_grad()
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                forward_batch: ForwardBatch) -> LogitsProcessorOutput:
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch: ForwardBatch
+    ) -> LogitsProcessorOutput:
         hidden = self.model(input_ids, positions, forward_batch)
         return self.logits_processor(hidden, self.lm_head, forward_batch)
 

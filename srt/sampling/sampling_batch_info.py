@@ -20,27 +20,27 @@ if TYPE_CHECKING:
 
 @dataclass
 class SamplingBatchInfo:
-    temperatures: torch.Tensor   # [bs, 1] float32 (1.0 for greedy rows, which use argmax)
-    top_ps: torch.Tensor         # [bs]
-    top_ks: torch.Tensor         # [bs] int64
-    min_ps: torch.Tensor         # [bs]
-    greedy: torch.Tensor         # [bs] bool
-    seeds: torch.Tensor          # [bs] int64
-    steps: torch.Tensor          # [bs] int64: output position being sampled (keys the seeded noise)
+    temperatures: torch.Tensor  # [bs, 1] float32 (1.0 for greedy rows, which use argmax)
+    top_ps: torch.Tensor  # [bs]
+    top_ks: torch.Tensor  # [bs] int64
+    min_ps: torch.Tensor  # [bs]
+    greedy: torch.Tensor  # [bs] bool
+    seeds: torch.Tensor  # [bs] int64
+    steps: torch.Tensor  # [bs] int64: output position being sampled (keys the seeded noise)
     is_all_greedy: bool
     need_top_p: bool
     need_top_k: bool
     need_min_p: bool
     vocab_size: int
     # Optional, history-dependent adjustments (None when no request needs them).
-    logit_bias: Optional[torch.Tensor] = None          # [bs, V]
+    logit_bias: Optional[torch.Tensor] = None  # [bs, V]
     frequency_penalties: Optional[torch.Tensor] = None  # [bs, 1]
-    presence_penalties: Optional[torch.Tensor] = None   # [bs, 1]
-    output_counts: Optional[torch.Tensor] = None        # [bs, V]
+    presence_penalties: Optional[torch.Tensor] = None  # [bs, 1]
+    output_counts: Optional[torch.Tensor] = None  # [bs, V]
     repetition_penalties: Optional[torch.Tensor] = None  # [bs, 1]
-    seen_mask: Optional[torch.Tensor] = None            # [bs, V] bool: token in prompt or output
-    min_tokens_block: Optional[torch.Tensor] = None     # [bs, V] bool: stop tokens blocked by min_new_tokens
-    vocab_mask: Optional[torch.Tensor] = None           # grammar bitmask
+    seen_mask: Optional[torch.Tensor] = None  # [bs, V] bool: token in prompt or output
+    min_tokens_block: Optional[torch.Tensor] = None  # [bs, V] bool: stop tokens blocked by min_new_tokens
+    vocab_mask: Optional[torch.Tensor] = None  # grammar bitmask
     apply_vocab_mask: Optional[Callable[[torch.Tensor, torch.Tensor], None]] = None
 
     @classmethod
@@ -51,11 +51,21 @@ class SamplingBatchInfo:
         temps = [1.0 if g else sp.temperature for g, sp in zip(greedy, sps)]
         top_ks = [min(sp.top_k, vocab_size) for sp in sps]
         # Two packed copies (floats, ints) instead of seven small ones.
-        floats = to_device(torch.tensor([temps, [sp.top_p for sp in sps], [sp.min_p for sp in sps]],
-                                        dtype=torch.float32), device)
-        ints = to_device(torch.tensor([top_ks, [int(g) for g in greedy], [_seed_of(r) for r in reqs],
-                                       [len(r.output_ids) + r.inflight_tokens for r in reqs]],
-                                      dtype=torch.int64), device)
+        floats = to_device(
+            torch.tensor([temps, [sp.top_p for sp in sps], [sp.min_p for sp in sps]], dtype=torch.float32), device
+        )
+        ints = to_device(
+            torch.tensor(
+                [
+                    top_ks,
+                    [int(g) for g in greedy],
+                    [_seed_of(r) for r in reqs],
+                    [len(r.output_ids) + r.inflight_tokens for r in reqs],
+                ],
+                dtype=torch.int64,
+            ),
+            device,
+        )
         info = cls(
             temperatures=floats[0].view(-1, 1),
             top_ps=floats[1],
@@ -97,9 +107,14 @@ class SamplingBatchInfo:
                 ids = torch.tensor(r.origin_input_ids + r.output_ids, dtype=torch.int64).clamp_(0, V - 1)
                 seen[i, ids] = True
             self.seen_mask = to_device(seen, device)
-            self.repetition_penalties = to_device(torch.tensor([sp.repetition_penalty for sp in sps]).view(-1, 1), device)
-        blocked = [(i, r) for i, r in enumerate(reqs)
-                   if len(r.output_ids) + r.inflight_tokens < r.sampling_params.min_new_tokens]
+            self.repetition_penalties = to_device(
+                torch.tensor([sp.repetition_penalty for sp in sps]).view(-1, 1), device
+            )
+        blocked = [
+            (i, r)
+            for i, r in enumerate(reqs)
+            if len(r.output_ids) + r.inflight_tokens < r.sampling_params.min_new_tokens
+        ]
         if blocked:
             block = torch.zeros((bs, V), dtype=torch.bool)
             for i, r in blocked:

@@ -46,8 +46,9 @@ class SamplingParams:
 
     @staticmethod
     def field_names() -> List[str]:
-        return [f.name for f in fields(SamplingParams) if f.name not in ("stop_strs", "stop_regex_list",
-                                                                         "stop_str_max_len")]
+        return [
+            f.name for f in fields(SamplingParams) if f.name not in ("stop_strs", "stop_regex_list", "stop_str_max_len")
+        ]
 
     @classmethod
     def from_dict(cls, d: Optional[Dict[str, Any]]) -> "SamplingParams":
@@ -67,8 +68,7 @@ class SamplingParams:
 
     def verify(self, vocab_size: int) -> None:
         """Reject values that would crash or silently misbehave in the scheduler."""
-        for name in ("temperature", "top_p", "min_p", "frequency_penalty", "presence_penalty",
-                     "repetition_penalty"):
+        for name in ("temperature", "top_p", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty"):
             v = getattr(self, name)
             if not math.isfinite(v):
                 raise ValueError(f"{name} must be a finite number, got {v}")
@@ -91,8 +91,9 @@ class SamplingParams:
         if self.min_new_tokens < 0:
             raise ValueError(f"min_new_tokens must be at least 0, got {self.min_new_tokens}")
         if self.max_new_tokens is not None and self.min_new_tokens > self.max_new_tokens:
-            raise ValueError(f"min_new_tokens ({self.min_new_tokens}) must be <= max_new_tokens "
-                             f"({self.max_new_tokens})")
+            raise ValueError(
+                f"min_new_tokens ({self.min_new_tokens}) must be <= max_new_tokens ({self.max_new_tokens})"
+            )
         if not 1 <= self.n <= MAX_N:  # the OpenAI bound; n fans out to n requests before any is checked
             raise ValueError(f"n must be in [1, {MAX_N}], got {self.n}")
         if self.stream_interval is not None and self.stream_interval < 1:
@@ -132,8 +133,7 @@ class SamplingParams:
         if self.stop_strs:
             if tokenizer is not None:
                 # Longest stop string measured in tokens, plus one, bounds the tail we decode.
-                self.stop_str_max_len = max(len(tokenizer.encode(s, add_special_tokens=False))
-                                            for s in self.stop_strs)
+                self.stop_str_max_len = max(len(tokenizer.encode(s, add_special_tokens=False)) for s in self.stop_strs)
             else:
                 self.stop_str_max_len = max(len(s) for s in self.stop_strs)
         if self.stop_regex_list:

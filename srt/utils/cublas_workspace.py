@@ -27,6 +27,6 @@ def configure_cublas_workspace(kib: Optional[int]) -> Optional[int]:
     if kib is None or kib < 0 or any(v in os.environ for v in _VARS):
         return None
     os.environ["CUBLAS_WORKSPACE_CONFIG"] = f":{kib}:1"  # ":SIZE_KiB:COUNT" (torch's format)
-    os.environ["CUBLASLT_WORKSPACE_SIZE"] = str(kib)     # KiB
+    os.environ["CUBLASLT_WORKSPACE_SIZE"] = str(kib)  # KiB
     logger.debug("cuBLAS workspace %d KiB", kib)
     return kib

@@ -27,6 +27,7 @@ def _on_miss(chain: Optional[Callable]) -> Callable:
     def hook(**kw: Any) -> Optional[bool]:
         _state["starts"][str(kw.get("key"))] = time.perf_counter()
         return chain(**kw) if chain else None  # a truthy answer would make Triton skip the compile
+
     return hook
 
 
@@ -37,6 +38,7 @@ def _on_compiled(chain: Optional[Callable]) -> Callable:
         except Exception:  # bookkeeping must never break a kernel launch
             logger.debug("jit_watch could not record a compile", exc_info=True)
         return chain(**kw) if chain else None
+
     return hook
 
 
@@ -56,6 +58,7 @@ def install() -> bool:
         return True
     try:
         from triton import knobs
+
         rt = knobs.runtime
         rt.jit_cache_hook = _on_miss(rt.jit_cache_hook)
         rt.jit_post_compile_hook = _on_compiled(rt.jit_post_compile_hook)

@@ -21,8 +21,10 @@ _dec = msgspec.msgpack.Decoder()
 
 def _to_plain(obj: Any) -> Any:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {"__t": type(obj).__name__,
-                "f": {f.name: _to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}}
+        return {
+            "__t": type(obj).__name__,
+            "f": {f.name: _to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)},
+        }
     if isinstance(obj, (list, tuple)):
         return [_to_plain(x) for x in obj]
     if isinstance(obj, dict):

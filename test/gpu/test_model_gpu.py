@@ -30,8 +30,16 @@ def _runner(path: str, device: str, dtype: str = "auto", kv: str = "auto", graph
     from sglang.srt.model_executor.model_runner import ModelRunner
     from sglang.srt.server_args import ServerArgs
 
-    sa = ServerArgs(model_path=path, device=device, dtype=dtype, kv_cache_dtype=kv, max_total_tokens=16384,
-                    max_running_requests=16, cuda_graph_max_bs=16, disable_cuda_graph=not graphs)
+    sa = ServerArgs(
+        model_path=path,
+        device=device,
+        dtype=dtype,
+        kv_cache_dtype=kv,
+        max_total_tokens=16384,
+        max_running_requests=16,
+        cuda_graph_max_bs=16,
+        disable_cuda_graph=not graphs,
+    )
     return ModelRunner(ModelConfig.from_path(path), sa, device, show_progress=False)
 
 
@@ -153,8 +161,16 @@ def _engine_outputs(path: str, device: str, prompts, overlap: bool, **extra) -> 
     from sglang.srt.entrypoints.engine import Engine
 
     sp = {"max_new_tokens": STEPS, "temperature": 0, "ignore_eos": True}
-    with Engine(model_path=path, device=device, dtype="float32", skip_tokenizer_init=True,
-                max_total_tokens=16384, cuda_graph_max_bs=16, disable_overlap_schedule=not overlap, **extra) as e:
+    with Engine(
+        model_path=path,
+        device=device,
+        dtype="float32",
+        skip_tokenizer_init=True,
+        max_total_tokens=16384,
+        cuda_graph_max_bs=16,
+        disable_overlap_schedule=not overlap,
+        **extra,
+    ) as e:
         outs = e.generate(input_ids=prompts, sampling_params=[dict(sp) for _ in prompts])
     return [o["output_ids"] for o in outs]
 

@@ -30,8 +30,17 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 class _Setup:
     """Pools, a RadixAttention layer and both backends for one head configuration."""
 
-    def __init__(self, h: int, hkv: int, d: int, kv_dtype: torch.dtype, slots: int = 120000, rows: int = 64,
-                 ctx: int = 8192, device: str = "cuda"):
+    def __init__(
+        self,
+        h: int,
+        hkv: int,
+        d: int,
+        kv_dtype: torch.dtype,
+        slots: int = 120000,
+        rows: int = 64,
+        ctx: int = 8192,
+        device: str = "cuda",
+    ):
         from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
         from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
         from sglang.srt.layers.radix_attention import RadixAttention
@@ -42,7 +51,7 @@ class _Setup:
         self.h, self.hkv, self.d, self.device = h, hkv, d, device
         self.pool = MHATokenToKVPool(slots, 1, kv_dtype, hkv, d, 1, device)
         self.r2t = ReqToTokenPool(rows, ctx, device)
-        self.layer = RadixAttention(h, d, d ** -0.5, hkv, 0)
+        self.layer = RadixAttention(h, d, d**-0.5, hkv, 0)
         self.triton = TritonAttnBackend(runner, num_sms=None if device == "cuda" else 4)
         self.native = TorchNativeAttnBackend()
         seed = next(_SEEDS)
@@ -60,15 +69,17 @@ class _Setup:
         rows = (torch.randperm(self.r2t.size, generator=self.gen)[: len(seq_lens)] + 1).tolist()
         at = 0
         for row, n in zip(rows, seq_lens):
-            self.r2t.write(row, 0, perm[at:at + n])
+            self.r2t.write(row, 0, perm[at : at + n])
             at += n
         return rows
 
     def run(self, fb, new_tokens: int, act_dtype: torch.dtype = torch.bfloat16, prestore: bool = False):
         """Both backends on the same inputs. prestore: the pool's own store writes the new K/V first and
         the backends skip theirs, so both read bit-identical pools (fp8 stores may round differently)."""
+
         def rnd(width):
             return torch.randn((new_tokens, width), generator=self.gen).to(act_dtype).to(self.device)
+
         q, k, v = rnd(self.h * self.d), rnd(self.hkv * self.d), rnd(self.hkv * self.d)
         fb.req_to_token_pool, fb.token_to_kv_pool = self.r2t, self.pool
         if prestore:

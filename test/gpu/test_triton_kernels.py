@@ -16,8 +16,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
 TOL = 1e-2
 BF16 = dict(dtype=torch.bfloat16, device="cuda")
@@ -112,7 +111,10 @@ def test_greedy_argmax_cuda() -> None:
 def test_decode_cuda_graph_replay() -> None:
     """Capture once, then replay with new lengths, new slot tables and new split counts."""
     from sglang.srt.layers.attention.triton_ops.decode_attention import (
-        compute_num_kv_splits, decode_attention_fwd, decode_attention_ref)
+        compute_num_kv_splits,
+        decode_attention_fwd,
+        decode_attention_ref,
+    )
 
     kc = _kc()
     bs, h, hkv, d, max_splits = 8, 32, 8, 128, 16
@@ -130,8 +132,20 @@ def test_decode_cuda_graph_replay() -> None:
 
     def step():
         compute_num_kv_splits(seq_lens, h, hkv, max_splits, out=nks)
-        decode_attention_fwd(q, pb.k_buffer, pb.v_buffer, o, pb.req_to_token, pb.req_pool_indices, seq_lens,
-                             logits, lse, nks, max_splits, scale)
+        decode_attention_fwd(
+            q,
+            pb.k_buffer,
+            pb.v_buffer,
+            o,
+            pb.req_to_token,
+            pb.req_pool_indices,
+            seq_lens,
+            logits,
+            lse,
+            nks,
+            max_splits,
+            scale,
+        )
 
     def new_round(i: int) -> None:
         g = torch.Generator().manual_seed(100 + i)
@@ -195,9 +209,14 @@ def test_pdl_chain_in_graph_equals_plain() -> None:
         pytest.skip("PDL needs sm_90+")
     g = torch.Generator(device="cuda").manual_seed(3)
     hid, inter = 4096, 2048
-    ws = [(torch.randn(hid, generator=g, device="cuda").to(torch.bfloat16),
-           (torch.randn(2 * inter, hid, generator=g, device="cuda") * 0.02).to(torch.bfloat16),
-           (torch.randn(hid, inter, generator=g, device="cuda") * 0.02).to(torch.bfloat16)) for _ in range(4)]
+    ws = [
+        (
+            torch.randn(hid, generator=g, device="cuda").to(torch.bfloat16),
+            (torch.randn(2 * inter, hid, generator=g, device="cuda") * 0.02).to(torch.bfloat16),
+            (torch.randn(hid, inter, generator=g, device="cuda") * 0.02).to(torch.bfloat16),
+        )
+        for _ in range(4)
+    ]
 
     def chain(x: torch.Tensor) -> torch.Tensor:
         residual = x.clone()

@@ -39,8 +39,9 @@ def _message_dict(m: ChatMessage, i: int) -> Dict[str, Any]:
         texts = []
         for part in m.content:
             if part.type != "text" or part.text is None:
-                raise OpenAIError(400, f"messages[{i}]: only text content parts are supported, got "
-                                       f"{part.type!r}.", "messages")
+                raise OpenAIError(
+                    400, f"messages[{i}]: only text content parts are supported, got {part.type!r}.", "messages"
+                )
             texts.append(part.text)
         content = "\n".join(texts)
     d: Dict[str, Any] = {"role": m.role, "content": content}

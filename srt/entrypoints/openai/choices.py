@@ -12,9 +12,9 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 @dataclass
 class ChoiceState:
-    index: int          # OpenAI choice index: prompt_index * n + copy
+    index: int  # OpenAI choice index: prompt_index * n + copy
     prompt_index: int
-    sent_chars: int = 0   # characters of the cumulative text already sent
+    sent_chars: int = 0  # characters of the cumulative text already sent
     seen_tokens: int = 0  # output tokens covered by the chunks seen so far
     sent_tokens: int = 0  # output tokens whose logprobs were already sent
     started: bool = False
@@ -74,8 +74,11 @@ class Choices:
             firsts.setdefault(s.prompt_index, s)
         prompt = sum(s.prompt_tokens for s in firsts.values())
         completion = sum(s.completion_tokens for s in self.by_rid.values())
-        usage: Dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion,
-                                 "total_tokens": prompt + completion}
+        usage: Dict[str, Any] = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
         if cache_report:
             usage["prompt_tokens_details"] = {"cached_tokens": sum(s.cached_tokens for s in firsts.values())}
         return usage
@@ -91,7 +94,7 @@ class Choices:
             st.seen_tokens += len(out.get("output_ids") or [])
         else:
             # Stop strings are held back by the detokenizer, so cumulative text only ever grows.
-            new_text = text[st.sent_chars:]
+            new_text = text[st.sent_chars :]
             st.seen_tokens = len(out.get("output_ids") or [])
         st.sent_chars += len(new_text)
         lps, tops = _slice_logprobs(meta, st.sent_tokens, st.seen_tokens)

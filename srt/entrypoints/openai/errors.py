@@ -34,9 +34,13 @@ class OpenAIError(Exception):
         self.param = param
 
     def body(self) -> Dict[str, Any]:
-        return {"object": "error", "message": self.message,
-                "type": _TYPES.get(self.status_code, "APIError"), "param": self.param,
-                "code": self.status_code}
+        return {
+            "object": "error",
+            "message": self.message,
+            "type": _TYPES.get(self.status_code, "APIError"),
+            "param": self.param,
+            "code": self.status_code,
+        }
 
 
 def to_openai_error(exc: BaseException) -> OpenAIError:
@@ -68,8 +72,7 @@ def _from_validation(exc: ValidationError) -> OpenAIError:
 
 
 def error_response(err: OpenAIError) -> Response:
-    return Response(content=orjson.dumps(err.body()), media_type="application/json",
-                    status_code=err.status_code)
+    return Response(content=orjson.dumps(err.body()), media_type="application/json", status_code=err.status_code)
 
 
 def stream_error_event(err: OpenAIError) -> bytes:

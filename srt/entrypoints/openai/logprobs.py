@@ -15,8 +15,9 @@ def _text(e: Entry) -> str:
     return e[2] if e[2] is not None else ""
 
 
-def completion_logprobs(tokens: Sequence[Entry], tops: Optional[Sequence[Optional[Sequence[Entry]]]],
-                        offset: int) -> Tuple[Dict[str, Any], int]:
+def completion_logprobs(
+    tokens: Sequence[Entry], tops: Optional[Sequence[Optional[Sequence[Entry]]]], offset: int
+) -> Tuple[Dict[str, Any], int]:
     """Column-format logprobs for `tokens`; text_offset counts from `offset`. Returns the dict and
     the offset just past the last token, so a stream can continue where its last chunk ended."""
     offsets: List[int] = []
@@ -27,8 +28,12 @@ def completion_logprobs(tokens: Sequence[Entry], tops: Optional[Sequence[Optiona
     if tops is not None:
         # A position without alternatives (the first prompt token) stays null, as in OpenAI.
         top_dicts = [None if t is None else {_text(x): x[0] for x in t} for t in tops]
-    return {"tokens": [_text(e) for e in tokens], "token_logprobs": [e[0] for e in tokens],
-            "top_logprobs": top_dicts, "text_offset": offsets}, offset
+    return {
+        "tokens": [_text(e) for e in tokens],
+        "token_logprobs": [e[0] for e in tokens],
+        "top_logprobs": top_dicts,
+        "text_offset": offsets,
+    }, offset
 
 
 def chat_logprobs(tokens: Sequence[Entry], tops: Optional[Sequence[Optional[Sequence[Entry]]]]) -> List[Dict[str, Any]]:

@@ -89,12 +89,16 @@ class CompletionRequest(SamplingFields):
     @classmethod
     def _prompt_shape(cls, v: Any) -> Any:
         # One clear message instead of one error per member of the union.
-        if isinstance(v, str) or (isinstance(v, list) and (
-                all(isinstance(x, str) for x in v) or all(_is_int(x) for x in v)
-                or all(isinstance(x, list) and all(_is_int(t) for t in x) for x in v))):
+        if isinstance(v, str) or (
+            isinstance(v, list)
+            and (
+                all(isinstance(x, str) for x in v)
+                or all(_is_int(x) for x in v)
+                or all(isinstance(x, list) and all(_is_int(t) for t in x) for x in v)
+            )
+        ):
             return v
-        raise ValueError("prompt must be a string, a list of strings, a list of token ids, or a list of "
-                         "token-id lists")
+        raise ValueError("prompt must be a string, a list of strings, a list of token ids, or a list of token-id lists")
 
 
 class ContentPart(_Body):

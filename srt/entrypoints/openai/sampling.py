@@ -16,9 +16,22 @@ from sglang.srt.entrypoints.openai.protocol import ResponseFormat, SamplingField
 # OpenAI's documented bound for logit_bias values.
 LOGIT_BIAS_LIMIT = 100.0
 
-_OPTIONAL = ("temperature", "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty",
-             "repetition_penalty", "stop", "stop_token_ids", "stop_regex", "regex", "ebnf",
-             "json_schema", "structural_tag")
+_OPTIONAL = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "frequency_penalty",
+    "presence_penalty",
+    "repetition_penalty",
+    "stop",
+    "stop_token_ids",
+    "stop_regex",
+    "regex",
+    "ebnf",
+    "json_schema",
+    "structural_tag",
+)
 _FLAGS = ("ignore_eos", "no_stop_trim", "skip_special_tokens", "spaces_between_special_tokens")
 
 
@@ -35,14 +48,18 @@ def build_sampling_params(req: SamplingFields, max_new_tokens: Optional[int]) ->
     if req.logit_bias:
         for tok, bias in req.logit_bias.items():
             if not -LOGIT_BIAS_LIMIT <= bias <= LOGIT_BIAS_LIMIT:
-                raise OpenAIError(400, f"logit_bias value for token {tok} must be in [-100, 100], got {bias}",
-                                  "logit_bias")
+                raise OpenAIError(
+                    400, f"logit_bias value for token {tok} must be in [-100, 100], got {bias}", "logit_bias"
+                )
         sp["logit_bias"] = dict(req.logit_bias)
     schema = response_format_schema(req.response_format)
     if schema is not None:
         if any(sp.get(k) is not None for k in ("json_schema", "regex", "ebnf", "structural_tag")):
-            raise OpenAIError(400, "response_format cannot be combined with json_schema, regex, ebnf or "
-                                   "structural_tag.", "response_format")
+            raise OpenAIError(
+                400,
+                "response_format cannot be combined with json_schema, regex, ebnf or structural_tag.",
+                "response_format",
+            )
         sp["json_schema"] = schema
     return sp
 
@@ -54,8 +71,7 @@ def response_format_schema(fmt: Optional[ResponseFormat]) -> Optional[str]:
     if fmt.type == "json_object":
         return ANY_JSON_OBJECT
     if fmt.json_schema is None:
-        raise OpenAIError(400, "response_format of type json_schema needs a `json_schema` object.",
-                          "response_format")
+        raise OpenAIError(400, "response_format of type json_schema needs a `json_schema` object.", "response_format")
     if fmt.json_schema.schema_ is None:
         return ANY_JSON  # a json_schema format without a schema only promises valid JSON
     return json.dumps(fmt.json_schema.schema_)

@@ -22,7 +22,7 @@ from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel
 
 from sglang.srt.entrypoints.http_server import ServerState, json_response, read_json, sse, start_stream
-from sglang.srt.entrypoints.openai.choices import ChoiceState, Choices, Delta
+from sglang.srt.entrypoints.openai.choices import Choices, ChoiceState, Delta
 from sglang.srt.entrypoints.openai.errors import OpenAIError, error_response, stream_error_event, to_openai_error
 from sglang.srt.entrypoints.openai.serving_models import ModelRegistry
 from sglang.srt.managers.generate_input import GenerateReqInput

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from sglang.srt.entrypoints.openai.chat_template import render_chat_prompt
-from sglang.srt.entrypoints.openai.choices import ChoiceState, Choices, Delta
+from sglang.srt.entrypoints.openai.choices import Choices, ChoiceState, Delta
 from sglang.srt.entrypoints.openai.errors import OpenAIError
 from sglang.srt.entrypoints.openai.logprobs import chat_logprobs
 from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest
@@ -24,10 +24,14 @@ class OpenAIServingChat(OpenAIServingBase):
         input_ids = render_chat_prompt(self.tm.tokenizer, req.messages)
         rids = new_rids(1)
         obj = GenerateReqInput(
-            input_ids=input_ids, sampling_params=build_sampling_params(req, req.max_new_tokens()),
-            stream=req.stream, return_logprob=req.logprobs,
+            input_ids=input_ids,
+            sampling_params=build_sampling_params(req, req.max_new_tokens()),
+            stream=req.stream,
+            return_logprob=req.logprobs,
             top_logprobs_num=(req.top_logprobs or 0) if req.logprobs else 0,
-            return_text_in_logprobs=True, rid=rids[0])
+            return_text_in_logprobs=True,
+            rid=rids[0],
+        )
         return Job(req=req, obj=obj, choices=Choices(rids, req.n), model=model, id=job_id)
 
     def _logprobs(self, job: Job, lps: List[Any], tops: Optional[List[Any]]) -> Optional[Dict[str, Any]]:
@@ -39,14 +43,23 @@ class OpenAIServingChat(OpenAIServingBase):
     def make_choice(self, job: Job, st: ChoiceState, result: Dict[str, Any]) -> Dict[str, Any]:
         meta = result["meta_info"]
         fr = meta.get("finish_reason")
-        return {"index": st.index, "message": {"role": "assistant", "content": result["text"]},
-                "logprobs": self._logprobs(job, meta.get("output_token_logprobs") or [],
-                                           meta.get("output_top_logprobs")),
-                "finish_reason": openai_finish_reason(fr), "matched_stop": fr.get("matched") if fr else None}
+        return {
+            "index": st.index,
+            "message": {"role": "assistant", "content": result["text"]},
+            "logprobs": self._logprobs(job, meta.get("output_token_logprobs") or [], meta.get("output_top_logprobs")),
+            "finish_reason": openai_finish_reason(fr),
+            "matched_stop": fr.get("matched") if fr else None,
+        }
 
     def make_response(self, job: Job, choices: List[Dict[str, Any]], usage: Dict[str, Any]) -> Dict[str, Any]:
-        return {"id": job.id, "object": "chat.completion", "created": job.created, "model": job.model,
-                "choices": choices, "usage": usage}
+        return {
+            "id": job.id,
+            "object": "chat.completion",
+            "created": job.created,
+            "model": job.model,
+            "choices": choices,
+            "usage": usage,
+        }
 
     # ------------------------------------------------------------------ stream
     def stream_chunks(self, job: Job, d: Delta, finish: Optional[str]) -> List[Dict[str, Any]]:
@@ -54,17 +67,27 @@ class OpenAIServingChat(OpenAIServingBase):
         i = d.state.index
         if d.first:
             # OpenAI streams announce the role once per choice, with empty content.
-            out.append({"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                        "finish_reason": None})
+            out.append(
+                {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+            )
         if d.text or d.logprobs or finish is not None:
             lp = self._logprobs(job, d.logprobs, d.top_logprobs) if d.logprobs else None
-            choice: Dict[str, Any] = {"index": i, "delta": {"content": d.text} if d.text else {},
-                                      "logprobs": lp, "finish_reason": finish}
+            choice: Dict[str, Any] = {
+                "index": i,
+                "delta": {"content": d.text} if d.text else {},
+                "logprobs": lp,
+                "finish_reason": finish,
+            }
             if finish is not None:
                 choice["matched_stop"] = (d.finish_reason or {}).get("matched")
             out.append(choice)
         return out
 
     def chunk_envelope(self, job: Job, choices: List[Dict[str, Any]]) -> Dict[str, Any]:
-        return {"id": job.id, "object": "chat.completion.chunk", "created": job.created, "model": job.model,
-                "choices": choices}
+        return {
+            "id": job.id,
+            "object": "chat.completion.chunk",
+            "created": job.created,
+            "model": job.model,
+            "choices": choices,
+        }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Union
 
-from sglang.srt.entrypoints.openai.choices import ChoiceState, Choices, Delta
+from sglang.srt.entrypoints.openai.choices import Choices, ChoiceState, Delta
 from sglang.srt.entrypoints.openai.errors import OpenAIError
 from sglang.srt.entrypoints.openai.logprobs import completion_logprobs
 from sglang.srt.entrypoints.openai.protocol import CompletionRequest
@@ -38,18 +38,28 @@ class OpenAIServingCompletion(OpenAIServingBase):
         rids = new_rids(len(prompts))
         want_lp = req.logprobs is not None
         kw: Dict[str, Any] = dict(
-            sampling_params=build_sampling_params(req, req.max_tokens), stream=req.stream,
-            return_logprob=want_lp, top_logprobs_num=req.logprobs or 0, return_text_in_logprobs=True,
+            sampling_params=build_sampling_params(req, req.max_tokens),
+            stream=req.stream,
+            return_logprob=want_lp,
+            top_logprobs_num=req.logprobs or 0,
+            return_text_in_logprobs=True,
             # echo + logprobs reports the prompt's logprobs too, so they must be computed from token 0.
             logprob_start_len=0 if (want_lp and req.echo) else -1,
-            rid=rids[0] if single else rids)
+            rid=rids[0] if single else rids,
+        )
         key = "text" if isinstance(prompts[0], str) else "input_ids"
         obj = GenerateReqInput(**{key: prompts[0] if single else prompts}, **kw)
         echo_texts: List[str] = []
         if req.echo:
             echo_texts = [p if isinstance(p, str) else self._decode(p) for p in prompts]
-        return Job(req=req, obj=obj, choices=Choices(rids, req.n), model=model, id=job_id,
-                   extra={"echo": echo_texts, "offsets": {}})
+        return Job(
+            req=req,
+            obj=obj,
+            choices=Choices(rids, req.n),
+            model=model,
+            id=job_id,
+            extra={"echo": echo_texts, "offsets": {}},
+        )
 
     def _decode(self, ids: List[int]) -> str:
         tok = self.tm.tokenizer
@@ -75,8 +85,14 @@ class OpenAIServingCompletion(OpenAIServingBase):
         return self._finish_fields(choice, meta)
 
     def make_response(self, job: Job, choices: List[Dict[str, Any]], usage: Dict[str, Any]) -> Dict[str, Any]:
-        return {"id": job.id, "object": "text_completion", "created": job.created, "model": job.model,
-                "choices": choices, "usage": usage}
+        return {
+            "id": job.id,
+            "object": "text_completion",
+            "created": job.created,
+            "model": job.model,
+            "choices": choices,
+            "usage": usage,
+        }
 
     @staticmethod
     def _finish_fields(choice: Dict[str, Any], meta: Dict[str, Any]) -> Dict[str, Any]:
@@ -101,12 +117,18 @@ class OpenAIServingCompletion(OpenAIServingBase):
         if req.logprobs is not None:
             offsets = job.extra["offsets"]
             choice["logprobs"], offsets[d.state.index] = completion_logprobs(
-                lps, tops if req.logprobs else None, offsets.get(d.state.index, 0))
+                lps, tops if req.logprobs else None, offsets.get(d.state.index, 0)
+            )
         if finish is not None:
             fr = d.finish_reason or {}
             choice["matched_stop"] = fr.get("matched")
         return [choice]
 
     def chunk_envelope(self, job: Job, choices: List[Dict[str, Any]]) -> Dict[str, Any]:
-        return {"id": job.id, "object": "text_completion", "created": job.created, "model": job.model,
-                "choices": choices}
+        return {
+            "id": job.id,
+            "object": "text_completion",
+            "created": job.created,
+            "model": job.model,
+            "choices": choices,
+        }

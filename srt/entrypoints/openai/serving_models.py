@@ -34,15 +34,21 @@ class ModelRegistry:
         if name is None:
             return self.served_name()
         if name not in self.names():
-            raise OpenAIError(400, f"The model `{name}` does not exist; this server serves "
-                                   f"`{self.served_name()}`.", "model")
+            raise OpenAIError(
+                400, f"The model `{name}` does not exist; this server serves `{self.served_name()}`.", "model"
+            )
         return name
 
     def card(self, name: str) -> Dict[str, Any]:
         tm = self.state.tm
-        return {"id": name, "object": "model", "created": self.created, "owned_by": "sglang",
-                "root": self.state.server_args.model_path,
-                "max_model_len": tm.context_len if tm is not None else None}
+        return {
+            "id": name,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "sglang",
+            "root": self.state.server_args.model_path,
+            "max_model_len": tm.context_len if tm is not None else None,
+        }
 
     def list_models(self) -> Dict[str, Any]:
         return {"object": "list", "data": [self.card(self.served_name())]}

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 @dataclass
 class KVStoreTarget:
     """Where one layer's new K/V rows go: buffer[loc[i]] = row i / scale (for a fused rotary + store)."""
+
     k_buffer: torch.Tensor
     v_buffer: torch.Tensor
     loc: torch.Tensor
@@ -38,8 +39,15 @@ class AttentionBackend:
         if fb.forward_mode.is_decode():
             fb.req_to_token_pool.write_device(fb.req_pool_indices, fb.positions, fb.out_cache_loc)
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: "RadixAttention",
-                forward_batch: "ForwardBatch", save_kv_cache: bool = True) -> torch.Tensor:
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layer: "RadixAttention",
+        forward_batch: "ForwardBatch",
+        save_kv_cache: bool = True,
+    ) -> torch.Tensor:
         if forward_batch.forward_mode.is_decode():
             return self.forward_decode(q, k, v, layer, forward_batch, save_kv_cache)
         return self.forward_extend(q, k, v, layer, forward_batch, save_kv_cache)
@@ -61,13 +69,15 @@ class AttentionBackend:
     def init_cuda_graph_state(self, max_bs: int) -> None:
         raise NotImplementedError
 
-    def init_forward_metadata_capture_cuda_graph(self, bs: int, req_pool_indices: torch.Tensor,
-                                                 seq_lens: torch.Tensor, out_cache_loc: torch.Tensor) -> None:
+    def init_forward_metadata_capture_cuda_graph(
+        self, bs: int, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor, out_cache_loc: torch.Tensor
+    ) -> None:
         """Also records the slots (see init_forward_metadata), inside the graph."""
         raise NotImplementedError
 
-    def init_forward_metadata_replay_cuda_graph(self, bs: int, req_pool_indices: torch.Tensor,
-                                                seq_lens: torch.Tensor) -> None:
+    def init_forward_metadata_replay_cuda_graph(
+        self, bs: int, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor
+    ) -> None:
         raise NotImplementedError
 
     def get_cuda_graph_seq_len_fill_value(self) -> int:

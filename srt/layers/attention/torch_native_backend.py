@@ -47,12 +47,17 @@ class TorchNativeAttnBackend(AttentionBackend):
             slots = r2t[rows[i], :seq].long()
             kk = _kv_dtype(k_buf[slots], q.dtype, pool.k_scale[layer.layer_id]).transpose(0, 1)
             vv = _kv_dtype(v_buf[slots], q.dtype, pool.v_scale[layer.layer_id]).transpose(0, 1)
-            qq = q[start:start + ext].transpose(0, 1)
+            qq = q[start : start + ext].transpose(0, 1)
             mask = torch.ones((ext, seq), dtype=torch.bool, device=q.device).tril(diagonal=prefix)
-            o = F.scaled_dot_product_attention(qq.unsqueeze(0), kk.unsqueeze(0), vv.unsqueeze(0),
-                                               attn_mask=mask, scale=layer.scaling,
-                                               enable_gqa=kk.shape[0] != qq.shape[0])
-            out[start:start + ext] = o.squeeze(0).transpose(0, 1)
+            o = F.scaled_dot_product_attention(
+                qq.unsqueeze(0),
+                kk.unsqueeze(0),
+                vv.unsqueeze(0),
+                attn_mask=mask,
+                scale=layer.scaling,
+                enable_gqa=kk.shape[0] != qq.shape[0],
+            )
+            out[start : start + ext] = o.squeeze(0).transpose(0, 1)
             start += ext
         return out.view(-1, H * Dv)
 
@@ -68,8 +73,8 @@ class TorchNativeAttnBackend(AttentionBackend):
         for sel in _decode_groups(seq_lens_cpu.tolist()):
             idx = torch.tensor(sel, device=q.device)
             L = int(seq_lens_cpu[sel].max())
-            slots = r2t[forward_batch.req_pool_indices[idx], :L].long()           # [g, L]
-            kk = _kv_dtype(k_buf[slots], q.dtype, pool.k_scale[layer.layer_id])   # [g, L, Hkv, D]
+            slots = r2t[forward_batch.req_pool_indices[idx], :L].long()  # [g, L]
+            kk = _kv_dtype(k_buf[slots], q.dtype, pool.k_scale[layer.layer_id])  # [g, L, Hkv, D]
             vv = _kv_dtype(v_buf[slots], q.dtype, pool.v_scale[layer.layer_id])
             s = torch.einsum("bkgd,blkd->bkgl", q[idx].float(), kk.float()) * layer.scaling
             if layer.logit_cap > 0:

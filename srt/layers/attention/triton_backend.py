@@ -42,8 +42,8 @@ DEFAULT_MAX_KV_SPLITS = 16
 @dataclass
 class DecodeMetadata:
     num_kv_splits: torch.Tensor  # [bs] int32
-    attn_logits: torch.Tensor    # [bs, H, max_splits, Dv] float32 workspace
-    attn_lse: torch.Tensor       # [bs, H, max_splits] float32 workspace
+    attn_logits: torch.Tensor  # [bs, H, max_splits, Dv] float32 workspace
+    attn_lse: torch.Tensor  # [bs, H, max_splits] float32 workspace
 
 
 class TritonAttnBackend(AttentionBackend):
@@ -58,8 +58,11 @@ class TritonAttnBackend(AttentionBackend):
         self.v_head_dim = cfg.head_dim
         self.max_kv_splits = max_kv_splits
         if num_sms is None:
-            num_sms = (torch.cuda.get_device_properties(model_runner.gpu_id).multi_processor_count
-                       if torch.device(self.device).type == "cuda" else 132)
+            num_sms = (
+                torch.cuda.get_device_properties(model_runner.gpu_id).multi_processor_count
+                if torch.device(self.device).type == "cuda"
+                else 132
+            )
         self.num_sms = num_sms
         # The table CUDA-graph captures record slots into (eager passes use their ForwardBatch's pool).
         pool = getattr(model_runner, "req_to_token_pool", None)
@@ -76,18 +79,34 @@ class TritonAttnBackend(AttentionBackend):
             attn_lse=torch.empty((bs, self.num_heads, self.max_kv_splits), **f32),
         )
 
-    def _decode_prologue(self, seq_lens: torch.Tensor, req_pool_indices: torch.Tensor,
-                         out_cache_loc: torch.Tensor, meta: DecodeMetadata, req_to_token: torch.Tensor) -> None:
+    def _decode_prologue(
+        self,
+        seq_lens: torch.Tensor,
+        req_pool_indices: torch.Tensor,
+        out_cache_loc: torch.Tensor,
+        meta: DecodeMetadata,
+        req_to_token: torch.Tensor,
+    ) -> None:
         """Split counts and the new tokens' req_to_token entries, in one kernel."""
-        decode_prologue(seq_lens, self.num_heads, self.num_kv_heads, self.max_kv_splits, meta.num_kv_splits,
-                        self.num_sms, req_to_token, req_pool_indices, out_cache_loc)
+        decode_prologue(
+            seq_lens,
+            self.num_heads,
+            self.num_kv_heads,
+            self.max_kv_splits,
+            meta.num_kv_splits,
+            self.num_sms,
+            req_to_token,
+            req_pool_indices,
+            out_cache_loc,
+        )
 
     def init_forward_metadata(self, forward_batch: "ForwardBatch") -> None:
         fb = forward_batch
         if fb.forward_mode.is_decode():
             meta = self._new_decode_meta(fb.batch_size)
-            self._decode_prologue(fb.seq_lens, fb.req_pool_indices, fb.out_cache_loc, meta,
-                                  fb.req_to_token_pool.req_to_token)
+            self._decode_prologue(
+                fb.seq_lens, fb.req_pool_indices, fb.out_cache_loc, meta, fb.req_to_token_pool.req_to_token
+            )
             self.decode_meta = meta
         # Extend needs only the ForwardBatch's own index tensors (and max_extend_len on the host).
 
@@ -95,15 +114,27 @@ class TritonAttnBackend(AttentionBackend):
     def kv_store_target(self, layer: "RadixAttention", forward_batch: "ForwardBatch") -> Optional[KVStoreTarget]:
         pool = forward_batch.token_to_kv_pool
         lid = layer.layer_id
-        return KVStoreTarget(pool.get_key_buffer(lid), pool.get_value_buffer(lid), forward_batch.out_cache_loc,
-                             pool.k_scale[lid], pool.v_scale[lid])
+        return KVStoreTarget(
+            pool.get_key_buffer(lid),
+            pool.get_value_buffer(lid),
+            forward_batch.out_cache_loc,
+            pool.k_scale[lid],
+            pool.v_scale[lid],
+        )
 
     @staticmethod
     def _store(layer: "RadixAttention", forward_batch: "ForwardBatch", k: torch.Tensor, v: torch.Tensor) -> None:
         pool = forward_batch.token_to_kv_pool
         lid = layer.layer_id
-        store_kv(pool.get_key_buffer(lid), pool.get_value_buffer(lid), forward_batch.out_cache_loc, k, v,
-                 pool.k_scale[lid], pool.v_scale[lid])
+        store_kv(
+            pool.get_key_buffer(lid),
+            pool.get_value_buffer(lid),
+            forward_batch.out_cache_loc,
+            k,
+            v,
+            pool.k_scale[lid],
+            pool.v_scale[lid],
+        )
 
     def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True):
         pool = forward_batch.token_to_kv_pool
@@ -115,10 +146,23 @@ class TritonAttnBackend(AttentionBackend):
         o = torch.empty((q3.shape[0], H, Dv), dtype=q.dtype, device=q.device)
         fb = forward_batch
         extend_attention_fwd(
-            q3, k, v, o, pool.get_key_buffer(lid), pool.get_value_buffer(lid),
-            fb.req_to_token_pool.req_to_token, fb.req_pool_indices, fb.seq_lens, fb.extend_seq_lens,
-            fb.extend_start_loc, fb.max_extend_len, layer.scaling, layer.logit_cap,
-            k_scale=pool.k_scale[lid], v_scale=pool.v_scale[lid])
+            q3,
+            k,
+            v,
+            o,
+            pool.get_key_buffer(lid),
+            pool.get_value_buffer(lid),
+            fb.req_to_token_pool.req_to_token,
+            fb.req_pool_indices,
+            fb.seq_lens,
+            fb.extend_seq_lens,
+            fb.extend_start_loc,
+            fb.max_extend_len,
+            layer.scaling,
+            layer.logit_cap,
+            k_scale=pool.k_scale[lid],
+            v_scale=pool.v_scale[lid],
+        )
         return o.view(-1, H * Dv)
 
     def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True):
@@ -133,10 +177,22 @@ class TritonAttnBackend(AttentionBackend):
         meta = self.decode_meta
         fb = forward_batch
         decode_attention_fwd(
-            q3, pool.get_key_buffer(lid), pool.get_value_buffer(lid), o, fb.req_to_token_pool.req_to_token,
-            fb.req_pool_indices, fb.seq_lens, meta.attn_logits, meta.attn_lse, meta.num_kv_splits,
-            self.max_kv_splits, layer.scaling, layer.logit_cap,
-            k_scale=pool.k_scale[lid], v_scale=pool.v_scale[lid])
+            q3,
+            pool.get_key_buffer(lid),
+            pool.get_value_buffer(lid),
+            o,
+            fb.req_to_token_pool.req_to_token,
+            fb.req_pool_indices,
+            fb.seq_lens,
+            meta.attn_logits,
+            meta.attn_lse,
+            meta.num_kv_splits,
+            self.max_kv_splits,
+            layer.scaling,
+            layer.logit_cap,
+            k_scale=pool.k_scale[lid],
+            v_scale=pool.v_scale[lid],
+        )
         return o.view(bs, H * Dv)
 
     # ------------------------------------------------------------------ CUDA graphs
@@ -148,16 +204,18 @@ class TritonAttnBackend(AttentionBackend):
         assert g is not None, "init_cuda_graph_state was not called"
         return DecodeMetadata(g.num_kv_splits[:bs], g.attn_logits[:bs], g.attn_lse[:bs])
 
-    def init_forward_metadata_capture_cuda_graph(self, bs: int, req_pool_indices: torch.Tensor,
-                                                 seq_lens: torch.Tensor, out_cache_loc: torch.Tensor) -> None:
+    def init_forward_metadata_capture_cuda_graph(
+        self, bs: int, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor, out_cache_loc: torch.Tensor
+    ) -> None:
         """Called inside the capture: every replay recomputes the split counts and records the slots."""
         meta = self._graph_views(bs)
         assert self.req_to_token is not None, "CUDA graphs need the model runner's req_to_token_pool"
         self._decode_prologue(seq_lens[:bs], req_pool_indices[:bs], out_cache_loc[:bs], meta, self.req_to_token)
         self.decode_meta = meta
 
-    def init_forward_metadata_replay_cuda_graph(self, bs: int, req_pool_indices: torch.Tensor,
-                                                seq_lens: torch.Tensor) -> None:
+    def init_forward_metadata_replay_cuda_graph(
+        self, bs: int, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor
+    ) -> None:
         self.decode_meta = self._graph_views(bs)
 
     def get_cuda_graph_seq_len_fill_value(self) -> int:

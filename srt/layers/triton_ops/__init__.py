@@ -6,7 +6,15 @@ from sglang.srt.layers.triton_ops.rms_norm import fused_add_rmsnorm, fused_add_r
 from sglang.srt.layers.triton_ops.rotary import apply_rotary_emb_, apply_rotary_emb_ref, build_cos_sin_cache
 
 __all__ = [
-    "apply_rotary_emb_", "apply_rotary_emb_ref", "build_cos_sin_cache",
-    "fused_add_rmsnorm", "fused_add_rmsnorm_ref", "rmsnorm", "rmsnorm_ref",
-    "silu_and_mul", "silu_and_mul_ref", "store_kv", "store_kv_ref",
+    "apply_rotary_emb_",
+    "apply_rotary_emb_ref",
+    "build_cos_sin_cache",
+    "fused_add_rmsnorm",
+    "fused_add_rmsnorm_ref",
+    "rmsnorm",
+    "rmsnorm_ref",
+    "silu_and_mul",
+    "silu_and_mul_ref",
+    "store_kv",
+    "store_kv_ref",
 ]

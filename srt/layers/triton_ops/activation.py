@@ -34,8 +34,9 @@ def silu_and_mul(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.T
         return y.view(*x.shape[:-1], inter)
     block = min(1024, triton.next_power_of_2(inter))
     grid = (x2.shape[0], triton.cdiv(inter, block))
-    _silu_and_mul_kernel[grid](x2, y, x2.stride(0), y.stride(0), inter, BLOCK=block,
-                               num_warps=4 if x.is_cuda else 1, **pdl_args(x))
+    _silu_and_mul_kernel[grid](
+        x2, y, x2.stride(0), y.stride(0), inter, BLOCK=block, num_warps=4 if x.is_cuda else 1, **pdl_args(x)
+    )
     return y.view(*x.shape[:-1], inter)
 
 

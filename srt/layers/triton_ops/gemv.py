@@ -31,9 +31,22 @@ MAX_M = 4
 
 
 @triton.jit
-def _gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N, K, sxm, swn, sym,
-                 M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HAS_BIAS: tl.constexpr,
-                 PDL: tl.constexpr):
+def _gemv_kernel(
+    x_ptr,
+    w_ptr,
+    b_ptr,
+    y_ptr,
+    N,
+    K,
+    sxm,
+    swn,
+    sym,
+    M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    PDL: tl.constexpr,
+):
     pid = tl.program_id(0)
     rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     mn = rn < N
@@ -86,11 +99,11 @@ DEFAULT_CONFIG = {"BLOCK_N": 8, "BLOCK_K": 512, "num_warps": 4}
 # with PDL; us per call vs cuBLAS: qkv 13.8 vs 15.3, o_proj 9.6 vs 12.7, gate_up 53.5 vs 61.0,
 # down 29.8 vs 31.3, lm_head 231 vs 240). Shapes not listed use DEFAULT_CONFIG.
 CONFIGS: Dict[Tuple[int, int], dict] = {
-    (6144, 4096): {"BLOCK_N": 16, "BLOCK_K": 512, "num_warps": 4},     # Llama-3-8B qkv
-    (4096, 4096): {"BLOCK_N": 4, "BLOCK_K": 1024, "num_warps": 4},     # o_proj
-    (28672, 4096): {"BLOCK_N": 16, "BLOCK_K": 256, "num_warps": 4},    # gate_up
-    (4096, 14336): {"BLOCK_N": 4, "BLOCK_K": 1024, "num_warps": 4},    # down
-    (128256, 4096): {"BLOCK_N": 4, "BLOCK_K": 512, "num_warps": 2},    # lm_head
+    (6144, 4096): {"BLOCK_N": 16, "BLOCK_K": 512, "num_warps": 4},  # Llama-3-8B qkv
+    (4096, 4096): {"BLOCK_N": 4, "BLOCK_K": 1024, "num_warps": 4},  # o_proj
+    (28672, 4096): {"BLOCK_N": 16, "BLOCK_K": 256, "num_warps": 4},  # gate_up
+    (4096, 14336): {"BLOCK_N": 4, "BLOCK_K": 1024, "num_warps": 4},  # down
+    (128256, 4096): {"BLOCK_N": 4, "BLOCK_K": 512, "num_warps": 2},  # lm_head
 }
 
 
@@ -111,8 +124,9 @@ def config_for(n: int, k: int) -> dict:
     return CONFIGS.get((n, k), DEFAULT_CONFIG)
 
 
-def gemv(x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor] = None,
-         config: Optional[dict] = None) -> torch.Tensor:
+def gemv(
+    x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor] = None, config: Optional[dict] = None
+) -> torch.Tensor:
     """x [M, K] (M <= 4, rows contiguous in K), w [N, K] contiguous -> [M, N]."""
     m, k = x.shape
     n = w.shape[0]
@@ -123,9 +137,23 @@ def gemv(x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor] = None,
     launch = {"num_warps": cfg["num_warps"]}
     if "num_stages" in cfg:
         launch["num_stages"] = cfg["num_stages"]
-    _gemv_kernel[grid](x, w, bias if bias is not None else w, y, n, k, x.stride(0), w.stride(0), y.stride(0),
-                       M=m, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], HAS_BIAS=bias is not None,
-                       **launch, **pdl_args(x))
+    _gemv_kernel[grid](
+        x,
+        w,
+        bias if bias is not None else w,
+        y,
+        n,
+        k,
+        x.stride(0),
+        w.stride(0),
+        y.stride(0),
+        M=m,
+        BLOCK_N=cfg["BLOCK_N"],
+        BLOCK_K=cfg["BLOCK_K"],
+        HAS_BIAS=bias is not None,
+        **launch,
+        **pdl_args(x),
+    )
     return y
 
 

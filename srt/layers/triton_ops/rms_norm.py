@@ -17,8 +17,20 @@ from sglang.srt.layers.triton_ops.pdl import pdl_args, pdl_wait
 
 
 @triton.jit
-def _rmsnorm_kernel(X, Residual, W, Y, stride_x, stride_r, stride_y, n_cols, eps,
-                    HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
+def _rmsnorm_kernel(
+    X,
+    Residual,
+    W,
+    Y,
+    stride_x,
+    stride_r,
+    stride_y,
+    n_cols,
+    eps,
+    HAS_RESIDUAL: tl.constexpr,
+    BLOCK: tl.constexpr,
+    PDL: tl.constexpr,
+):
     row = tl.program_id(0).to(tl.int64)
     pdl_wait(PDL)
     offs = tl.arange(0, BLOCK)
@@ -34,8 +46,9 @@ def _rmsnorm_kernel(X, Residual, W, Y, stride_x, stride_r, stride_y, n_cols, eps
     tl.store(Y + row * stride_y + offs, (xf * rstd * w).to(Y.dtype.element_ty), mask=mask)
 
 
-def _launch(x: torch.Tensor, residual: Optional[torch.Tensor], weight: torch.Tensor, eps: float,
-            out: Optional[torch.Tensor]) -> torch.Tensor:
+def _launch(
+    x: torch.Tensor, residual: Optional[torch.Tensor], weight: torch.Tensor, eps: float, out: Optional[torch.Tensor]
+) -> torch.Tensor:
     hidden = x.shape[-1]
     assert weight.shape == (hidden,) and x.stride(-1) == 1
     x2 = x.reshape(-1, hidden)  # a view for the usual contiguous-rows case
@@ -46,8 +59,20 @@ def _launch(x: torch.Tensor, residual: Optional[torch.Tensor], weight: torch.Ten
     block = triton.next_power_of_2(hidden)
     num_warps = 1 if not x.is_cuda else min(16, max(1, block // 512))
     _rmsnorm_kernel[(x2.shape[0],)](
-        x2, r2, weight, y, x2.stride(0), r2.stride(0), y.stride(0), hidden, eps,
-        HAS_RESIDUAL=residual is not None, BLOCK=block, num_warps=num_warps, **pdl_args(x))
+        x2,
+        r2,
+        weight,
+        y,
+        x2.stride(0),
+        r2.stride(0),
+        y.stride(0),
+        hidden,
+        eps,
+        HAS_RESIDUAL=residual is not None,
+        BLOCK=block,
+        num_warps=num_warps,
+        **pdl_args(x),
+    )
     return y.view(x.shape)
 
 
@@ -56,8 +81,9 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, out: Optional[tor
     return _launch(x, None, weight, eps, out)
 
 
-def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
-                      out: Optional[torch.Tensor] = None) -> torch.Tensor:
+def fused_add_rmsnorm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, out: Optional[torch.Tensor] = None
+) -> torch.Tensor:
     """residual <- x + residual (in place, residual must be contiguous); returns rmsnorm(residual)."""
     assert residual.shape == x.shape and residual.is_contiguous()
     return _launch(x, residual, weight, eps, out)

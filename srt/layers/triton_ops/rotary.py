@@ -21,8 +21,18 @@ from sglang.srt.layers.triton_ops.pdl import pdl_args, pdl_wait
 
 
 @triton.jit
-def _rotate_heads(X, stride_x, tok, cos, sin, n_heads, HEAD_SIZE: tl.constexpr, HALF: tl.constexpr,
-                  BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr):
+def _rotate_heads(
+    X,
+    stride_x,
+    tok,
+    cos,
+    sin,
+    n_heads,
+    HEAD_SIZE: tl.constexpr,
+    HALF: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
+):
     offs_h = tl.arange(0, BLOCK_H)
     offs_r = tl.arange(0, BLOCK_HALF)
     mask = (offs_h[:, None] < n_heads) & (offs_r[None, :] < HALF)
@@ -40,9 +50,23 @@ def _rotate_heads(X, stride_x, tok, cos, sin, n_heads, HEAD_SIZE: tl.constexpr, 
 
 
 @triton.jit
-def _rotary_kernel(Pos, Q, K, Cache, stride_q, stride_k, stride_c, n_q_heads, n_k_heads,
-                   HEAD_SIZE: tl.constexpr, HALF: tl.constexpr,
-                   BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr, BLOCK_HALF: tl.constexpr, PDL: tl.constexpr):
+def _rotary_kernel(
+    Pos,
+    Q,
+    K,
+    Cache,
+    stride_q,
+    stride_k,
+    stride_c,
+    n_q_heads,
+    n_k_heads,
+    HEAD_SIZE: tl.constexpr,
+    HALF: tl.constexpr,
+    BLOCK_HQ: tl.constexpr,
+    BLOCK_HK: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
+    PDL: tl.constexpr,
+):
     tok = tl.program_id(0).to(tl.int64)
     pdl_wait(PDL)
     pos = tl.load(Pos + tok).to(tl.int64)
@@ -54,8 +78,9 @@ def _rotary_kernel(Pos, Q, K, Cache, stride_q, stride_k, stride_c, n_q_heads, n_
     _rotate_heads(K, stride_k, tok, cos, sin, n_k_heads, HEAD_SIZE, HALF, BLOCK_HK, BLOCK_HALF)
 
 
-def apply_rotary_emb_(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, head_size: int,
-                      cos_sin_cache: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+def apply_rotary_emb_(
+    positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, head_size: int, cos_sin_cache: torch.Tensor
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """Rotate q [N, Hq*head_size] and k [N, Hk*head_size] in place (rows may be strided views, e.g.
     slices of a fused qkv output; each row's heads must be contiguous). Returns (q, k)."""
     n = positions.shape[0]
@@ -71,18 +96,58 @@ def apply_rotary_emb_(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
     block_hq = triton.next_power_of_2(n_q)
     num_warps = 1 if not q.is_cuda else min(8, max(1, block_hq * block_half // 256))
     _rotary_kernel[(n,)](
-        positions, q, k, cos_sin_cache, q.stride(0), k.stride(0), cos_sin_cache.stride(0), n_q, n_k,
-        HEAD_SIZE=head_size, HALF=half, BLOCK_HQ=block_hq, BLOCK_HK=triton.next_power_of_2(n_k),
-        BLOCK_HALF=block_half, num_warps=num_warps, **pdl_args(q))
+        positions,
+        q,
+        k,
+        cos_sin_cache,
+        q.stride(0),
+        k.stride(0),
+        cos_sin_cache.stride(0),
+        n_q,
+        n_k,
+        HEAD_SIZE=head_size,
+        HALF=half,
+        BLOCK_HQ=block_hq,
+        BLOCK_HK=triton.next_power_of_2(n_k),
+        BLOCK_HALF=block_half,
+        num_warps=num_warps,
+        **pdl_args(q),
+    )
     return q, k
 
 
 @triton.jit
-def _rotary_store_kernel(Pos, Q, K, V, Cache, KBuf, VBuf, Loc, stride_q, stride_k, stride_v, stride_c,
-                         stride_kbt, stride_kbh, stride_vbt, stride_vbh, inv_k_scale, inv_v_scale,
-                         n_q_heads, n_k_heads, HEAD_SIZE: tl.constexpr, HALF: tl.constexpr, DV: tl.constexpr,
-                         BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr, BLOCK_HALF: tl.constexpr,
-                         BLOCK_DV: tl.constexpr, SCALED: tl.constexpr, PDL: tl.constexpr):
+def _rotary_store_kernel(
+    Pos,
+    Q,
+    K,
+    V,
+    Cache,
+    KBuf,
+    VBuf,
+    Loc,
+    stride_q,
+    stride_k,
+    stride_v,
+    stride_c,
+    stride_kbt,
+    stride_kbh,
+    stride_vbt,
+    stride_vbh,
+    inv_k_scale,
+    inv_v_scale,
+    n_q_heads,
+    n_k_heads,
+    HEAD_SIZE: tl.constexpr,
+    HALF: tl.constexpr,
+    DV: tl.constexpr,
+    BLOCK_HQ: tl.constexpr,
+    BLOCK_HK: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    SCALED: tl.constexpr,
+    PDL: tl.constexpr,
+):
     """Full-width rotary of one token's q (in place) and k (in place and into the pool slot), and its
     v into the pool: the decode step's rotary and KV store in one launch."""
     tok = tl.program_id(0).to(tl.int64)
@@ -105,14 +170,33 @@ def _rotary_store_kernel(Pos, Q, K, V, Cache, KBuf, VBuf, Loc, stride_q, stride_
     d1 = KBuf + slot * stride_kbt + offs_h[:, None] * stride_kbh + offs_r[None, :]
     tl.store(d1, r1.to(KBuf.dtype.element_ty), mask=mask)
     tl.store(d1 + HALF, r2.to(KBuf.dtype.element_ty), mask=mask)
-    store_head_rows(V + tok * stride_v, DV, VBuf + slot * stride_vbt, stride_vbh, inv_v_scale, n_k_heads, DV,
-                    BLOCK_HK, BLOCK_DV, SCALED)
+    store_head_rows(
+        V + tok * stride_v,
+        DV,
+        VBuf + slot * stride_vbt,
+        stride_vbh,
+        inv_v_scale,
+        n_k_heads,
+        DV,
+        BLOCK_HK,
+        BLOCK_DV,
+        SCALED,
+    )
 
 
-def apply_rotary_emb_and_store_(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                                head_size: int, cos_sin_cache: torch.Tensor, k_buffer: torch.Tensor,
-                                v_buffer: torch.Tensor, loc: torch.Tensor, k_scale: float = 1.0,
-                                v_scale: float = 1.0) -> None:
+def apply_rotary_emb_and_store_(
+    positions: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    head_size: int,
+    cos_sin_cache: torch.Tensor,
+    k_buffer: torch.Tensor,
+    v_buffer: torch.Tensor,
+    loc: torch.Tensor,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+) -> None:
     """apply_rotary_emb_ on q and k (in place), then k_buffer[loc] = k / k_scale and
     v_buffer[loc] = v / v_scale, in one kernel. Full-width rotary only (rotary dim == head_size).
     q [N, Hq*D], k [N, Hk*D], v [N, Hk*Dv] (strided rows allowed); buffers [slots, Hk, D / Dv]."""
@@ -132,16 +216,42 @@ def apply_rotary_emb_and_store_(positions: torch.Tensor, q: torch.Tensor, k: tor
     block_half = triton.next_power_of_2(half)
     scaled = k_scale != 1.0 or v_scale != 1.0 or k_buffer.element_size() == 1 or v_buffer.element_size() == 1
     _rotary_store_kernel[(n,)](
-        positions, q, k, v, cos_sin_cache, k_buffer, v_buffer, loc, q.stride(0), k.stride(0), v.stride(0),
-        cos_sin_cache.stride(0), k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
-        1.0 / k_scale, 1.0 / v_scale, n_q, n_k, HEAD_SIZE=head_size, HALF=half, DV=dv, BLOCK_HQ=block_hq,
-        BLOCK_HK=triton.next_power_of_2(n_k), BLOCK_HALF=block_half, BLOCK_DV=triton.next_power_of_2(dv),
-        SCALED=scaled, num_warps=1 if not q.is_cuda else min(8, max(1, block_hq * block_half // 256)),
-        **pdl_args(q))
+        positions,
+        q,
+        k,
+        v,
+        cos_sin_cache,
+        k_buffer,
+        v_buffer,
+        loc,
+        q.stride(0),
+        k.stride(0),
+        v.stride(0),
+        cos_sin_cache.stride(0),
+        k_buffer.stride(0),
+        k_buffer.stride(1),
+        v_buffer.stride(0),
+        v_buffer.stride(1),
+        1.0 / k_scale,
+        1.0 / v_scale,
+        n_q,
+        n_k,
+        HEAD_SIZE=head_size,
+        HALF=half,
+        DV=dv,
+        BLOCK_HQ=block_hq,
+        BLOCK_HK=triton.next_power_of_2(n_k),
+        BLOCK_HALF=block_half,
+        BLOCK_DV=triton.next_power_of_2(dv),
+        SCALED=scaled,
+        num_warps=1 if not q.is_cuda else min(8, max(1, block_hq * block_half // 256)),
+        **pdl_args(q),
+    )
 
 
-def build_cos_sin_cache(max_pos: int, rotary_dim: int, base: float = 10000.0,
-                        dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
+def build_cos_sin_cache(
+    max_pos: int, rotary_dim: int, base: float = 10000.0, dtype: torch.dtype = torch.float32, device=None
+) -> torch.Tensor:
     """[max_pos, rotary_dim] = cat(cos, sin) of pos * base^(-2i/rotary_dim) (no RoPE scaling)."""
     inv_freq = base ** (-torch.arange(0, rotary_dim, 2, dtype=torch.float64, device=device) / rotary_dim)
     freqs = torch.arange(max_pos, dtype=torch.float64, device=device)[:, None] * inv_freq[None, :]
@@ -152,14 +262,15 @@ def _rotate_ref(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_size
     n = x.shape[0]
     xh = x.reshape(n, -1, head_size).float()
     half = cos.shape[-1]
-    x1, x2 = xh[..., :half], xh[..., half:2 * half]
+    x1, x2 = xh[..., :half], xh[..., half : 2 * half]
     c, s = cos[:, None, :], sin[:, None, :]
-    rotated = torch.cat([x1 * c - x2 * s, x2 * c + x1 * s, xh[..., 2 * half:]], dim=-1)
+    rotated = torch.cat([x1 * c - x2 * s, x2 * c + x1 * s, xh[..., 2 * half :]], dim=-1)
     return rotated.reshape(n, -1).to(x.dtype)
 
 
-def apply_rotary_emb_ref(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, head_size: int,
-                         cos_sin_cache: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+def apply_rotary_emb_ref(
+    positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, head_size: int, cos_sin_cache: torch.Tensor
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """Out-of-place torch twin of apply_rotary_emb_."""
     cs = cos_sin_cache[positions.long()].float()
     half = cs.shape[-1] // 2

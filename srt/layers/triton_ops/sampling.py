@@ -44,8 +44,9 @@ def _store_split_best(BestVal, BestIdx, r, s, lane_best, lane_idx, none_idx, NUM
 
 
 @triton.jit(do_not_specialize=["vocab", "span"])
-def _race_kernel(Probs, RowHash, BestVal, BestIdx, stride_p, vocab, span, NUM_SPLITS: tl.constexpr,
-                 BLOCK: tl.constexpr):
+def _race_kernel(
+    Probs, RowHash, BestVal, BestIdx, stride_p, vocab, span, NUM_SPLITS: tl.constexpr, BLOCK: tl.constexpr
+):
     r = tl.program_id(0)
     s = tl.program_id(1)
     row_h = tl.load(RowHash + r).to(tl.uint32)
@@ -107,8 +108,18 @@ def race_argmax(probs: torch.Tensor, row_hash: torch.Tensor, block: int = 1024) 
     if bs == 0:
         return torch.zeros(0, dtype=torch.int64, device=probs.device)
     block, splits, span, best_val, best_idx = _split_workspace(probs, block)
-    _race_kernel[(bs, splits)](probs, row_hash, best_val, best_idx, probs.stride(0), vocab, span,
-                               NUM_SPLITS=splits, BLOCK=block, num_warps=4 if probs.is_cuda else 1)
+    _race_kernel[(bs, splits)](
+        probs,
+        row_hash,
+        best_val,
+        best_idx,
+        probs.stride(0),
+        vocab,
+        span,
+        NUM_SPLITS=splits,
+        BLOCK=block,
+        num_warps=4 if probs.is_cuda else 1,
+    )
     # Splits hold increasing ids, and argmax returns the first maximum: ties still go to the smallest id.
     pick = best_val.argmax(dim=1, keepdim=True)
     return best_idx.gather(1, pick).squeeze(1).to(torch.int64)
@@ -123,8 +134,9 @@ def race_argmax_ref(probs: torch.Tensor, row_hash: torch.Tensor) -> torch.Tensor
 
 # ------------------------------------------------------------------------------------------ greedy
 @triton.jit(do_not_specialize=["vocab", "span"])
-def _greedy_partial_kernel(Logits, BestVal, BestIdx, stride_l, vocab, span, NUM_SPLITS: tl.constexpr,
-                           BLOCK: tl.constexpr, PDL: tl.constexpr):
+def _greedy_partial_kernel(
+    Logits, BestVal, BestIdx, stride_l, vocab, span, NUM_SPLITS: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr
+):
     """Per (row, vocabulary split): the max logit (NaN -> -inf, +inf -> FLT_MAX, as the torch path's
     nan_to_num) and its first index."""
     r = tl.program_id(0)
@@ -146,8 +158,9 @@ def _greedy_partial_kernel(Logits, BestVal, BestIdx, stride_l, vocab, span, NUM_
 
 
 @triton.jit
-def _greedy_final_kernel(BestVal, BestIdx, Ids, Dead, NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr,
-                         PDL: tl.constexpr):
+def _greedy_final_kernel(
+    BestVal, BestIdx, Ids, Dead, NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr
+):
     """Merge the splits of one row: first index among the maxima; a row whose max is -inf is dead (id 0)."""
     r = tl.program_id(0)
     pdl_wait(PDL)
@@ -173,8 +186,26 @@ def greedy_argmax(logits: torch.Tensor, block: int = 1024) -> Tuple[torch.Tensor
         return ids, dead
     block, splits, span, best_val, best_idx = _split_workspace(logits, block)
     warps = 4 if logits.is_cuda else 1
-    _greedy_partial_kernel[(bs, splits)](logits, best_val, best_idx, logits.stride(0), vocab, span,
-                                         NUM_SPLITS=splits, BLOCK=block, num_warps=warps, **pdl_args(logits))
-    _greedy_final_kernel[(bs,)](best_val, best_idx, ids, dead, NUM_SPLITS=splits,
-                                BLOCK_S=triton.next_power_of_2(splits), num_warps=1, **pdl_args(logits))
+    _greedy_partial_kernel[(bs, splits)](
+        logits,
+        best_val,
+        best_idx,
+        logits.stride(0),
+        vocab,
+        span,
+        NUM_SPLITS=splits,
+        BLOCK=block,
+        num_warps=warps,
+        **pdl_args(logits),
+    )
+    _greedy_final_kernel[(bs,)](
+        best_val,
+        best_idx,
+        ids,
+        dead,
+        NUM_SPLITS=splits,
+        BLOCK_S=triton.next_power_of_2(splits),
+        num_warps=1,
+        **pdl_args(logits),
+    )
     return ids, dead

@@ -37,9 +37,24 @@ MAX_M = 64
 
 
 @triton.jit
-def _small_m_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                    PREFETCH: tl.constexpr, HAS_BIAS: tl.constexpr, PDL: tl.constexpr):
+def _small_m_kernel(
+    x_ptr,
+    w_ptr,
+    b_ptr,
+    y_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_wn,
+    stride_ym,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    PREFETCH: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    PDL: tl.constexpr,
+):
     pid = tl.program_id(0)
     rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     # Columns past N read column N-1 (in bounds, never stored): the weight loads need only the K mask.
@@ -47,8 +62,8 @@ def _small_m_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_wn, s
     rm = tl.arange(0, BLOCK_M)
     rk = tl.arange(0, BLOCK_K)
     mask_m = rm < M
-    w_tile = w_ptr + cols[None, :] * stride_wn + rk[:, None]   # W^T tile [BLOCK_K, BLOCK_N]
-    x_tile = x_ptr + rm[:, None] * stride_xm + rk[None, :]     # x tile [BLOCK_M, BLOCK_K]
+    w_tile = w_ptr + cols[None, :] * stride_wn + rk[:, None]  # W^T tile [BLOCK_K, BLOCK_N]
+    x_tile = x_ptr + rm[:, None] * stride_xm + rk[None, :]  # x tile [BLOCK_M, BLOCK_K]
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     if PREFETCH:
         w = tl.load(w_tile, mask=(rk < K)[:, None], other=0.0)
@@ -69,8 +84,11 @@ def _small_m_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_wn, s
             acc = tl.dot(x, w, acc)
     if HAS_BIAS:
         acc += tl.load(b_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
-    tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], acc.to(y_ptr.dtype.element_ty),
-             mask=mask_m[:, None] & (rn < N)[None, :])
+    tl.store(
+        y_ptr + rm[:, None] * stride_ym + rn[None, :],
+        acc.to(y_ptr.dtype.element_ty),
+        mask=mask_m[:, None] & (rn < N)[None, :],
+    )
 
 
 DEFAULT_CONFIG = {"BLOCK_N": 32, "BLOCK_K": 128, "PREFETCH": 0, "num_warps": 4, "num_stages": 4}
@@ -91,8 +109,9 @@ def has_config(n: int, k: int, m: int) -> bool:
     return (n, k, block_m_for(m)) in CONFIGS
 
 
-def small_m_matmul(x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor] = None,
-                   config: Optional[dict] = None) -> torch.Tensor:
+def small_m_matmul(
+    x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor] = None, config: Optional[dict] = None
+) -> torch.Tensor:
     """x [M, K] (M <= MAX_M, half precision, rows contiguous in K), w [N, K] contiguous -> [M, N]."""
     m, k = x.shape
     n = w.shape[0]
@@ -101,10 +120,26 @@ def small_m_matmul(x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor
     cfg = dict(CONFIGS.get((n, k, bm), DEFAULT_CONFIG), **(config or {}))
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     grid = (triton.cdiv(n, cfg["BLOCK_N"]),)
-    _small_m_kernel[grid](x, w, bias if bias is not None else w, y, m, n, k, x.stride(0), w.stride(0), y.stride(0),
-                          BLOCK_M=bm, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], PREFETCH=cfg["PREFETCH"],
-                          HAS_BIAS=bias is not None, num_warps=cfg["num_warps"],
-                          num_stages=cfg["num_stages"], **pdl_args(x))
+    _small_m_kernel[grid](
+        x,
+        w,
+        bias if bias is not None else w,
+        y,
+        m,
+        n,
+        k,
+        x.stride(0),
+        w.stride(0),
+        y.stride(0),
+        BLOCK_M=bm,
+        BLOCK_N=cfg["BLOCK_N"],
+        BLOCK_K=cfg["BLOCK_K"],
+        PREFETCH=cfg["PREFETCH"],
+        HAS_BIAS=bias is not None,
+        num_warps=cfg["num_warps"],
+        num_stages=cfg["num_stages"],
+        **pdl_args(x),
+    )
     return y
 
 

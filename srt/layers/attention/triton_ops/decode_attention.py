@@ -56,14 +56,46 @@ def _split_bounds(SeqLens, NumSplits, b, split, MAX_SPLITS: tl.constexpr):
 
 @triton.jit
 def _decode_stage1_grouped(
-    Q, K, V, ReqToToken, ReqPoolIdx, SeqLens, NumSplits, Mid, MidLse, O,
-    sm_scale, logit_cap, v_scale,
-    stride_qb, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_rt,
-    stride_mb, stride_mh, stride_ms, stride_lb, stride_lh, stride_ob, stride_oh,
-    GROUP: tl.constexpr, BLOCKS_PER_KV: tl.constexpr, MAX_SPLITS: tl.constexpr,
-    D: tl.constexpr, DV: tl.constexpr,
-    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    HAS_CAP: tl.constexpr, SLOT_INT64: tl.constexpr, DOT_PREC: tl.constexpr, PDL: tl.constexpr,
+    Q,
+    K,
+    V,
+    ReqToToken,
+    ReqPoolIdx,
+    SeqLens,
+    NumSplits,
+    Mid,
+    MidLse,
+    O,
+    sm_scale,
+    logit_cap,
+    v_scale,
+    stride_qb,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    stride_rt,
+    stride_mb,
+    stride_mh,
+    stride_ms,
+    stride_lb,
+    stride_lh,
+    stride_ob,
+    stride_oh,
+    GROUP: tl.constexpr,
+    BLOCKS_PER_KV: tl.constexpr,
+    MAX_SPLITS: tl.constexpr,
+    D: tl.constexpr,
+    DV: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    HAS_CAP: tl.constexpr,
+    SLOT_INT64: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """One program = (request, block of query heads sharing one kv head, split): K/V read once."""
     b = tl.program_id(0)
@@ -87,8 +119,11 @@ def _decode_stage1_grouped(
     if start < end:
         k_base = K + kv_head * stride_kh
         v_base = V + kv_head * stride_vh
-        q = tl.load(Q + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
-                    mask=mask_h[:, None] & mask_d[None, :], other=0.0)
+        q = tl.load(
+            Q + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
+            mask=mask_h[:, None] & mask_d[None, :],
+            other=0.0,
+        )
         m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_H], tl.float32)
         acc = tl.zeros([BLOCK_H, BLOCK_DV], tl.float32)
@@ -102,8 +137,9 @@ def _decode_stage1_grouped(
             if SLOT_INT64:  # only for pools with >= 2^31 elements per buffer: 64-bit math costs registers
                 slot = slot.to(tl.int64)
             # K^T tile [BLOCK_D, BLOCK_N]; masked lanes are never dereferenced (slot 0 may hold junk).
-            k = tl.load(k_base + slot[None, :] * stride_kt + offs_d[:, None],
-                        mask=mask_d[:, None] & mask_n[None, :], other=0.0)
+            k = tl.load(
+                k_base + slot[None, :] * stride_kt + offs_d[:, None], mask=mask_d[:, None] & mask_n[None, :], other=0.0
+            )
             qk = tl.dot(q, k.to(q.dtype), input_precision=DOT_PREC) * sm_scale
             qk = _soft_cap(qk, logit_cap, HAS_CAP)
             # log2 domain (x log2(e)) so the softmax uses exp2; masked positions get -inf.
@@ -112,33 +148,71 @@ def _decode_stage1_grouped(
             alpha = tl.exp2(m_i - m_new)
             p = tl.exp2(qk - m_new[:, None])
             l_i = l_i * alpha + tl.sum(p, 1)
-            v = tl.load(v_base + slot[:, None] * stride_vt + offs_dv[None, :],
-                        mask=mask_n[:, None] & mask_dv[None, :], other=0.0)
+            v = tl.load(
+                v_base + slot[:, None] * stride_vt + offs_dv[None, :],
+                mask=mask_n[:, None] & mask_dv[None, :],
+                other=0.0,
+            )
             acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype), input_precision=DOT_PREC)
             m_i = m_new
         # Every row saw at least one unmasked position (start < end), so l_i > 0.
         out = acc / l_i[:, None]
         mask_out = mask_h[:, None] & mask_dv[None, :]
         if n_splits == 1:  # the whole request in this program: final output, stage 2 skips it
-            tl.store(O + b * stride_ob + heads[:, None] * stride_oh + offs_dv[None, :],
-                     (out * v_scale).to(O.dtype.element_ty), mask=mask_out)
+            tl.store(
+                O + b * stride_ob + heads[:, None] * stride_oh + offs_dv[None, :],
+                (out * v_scale).to(O.dtype.element_ty),
+                mask=mask_out,
+            )
         else:
-            tl.store(Mid + b * stride_mb + heads[:, None] * stride_mh + split * stride_ms + offs_dv[None, :],
-                     out, mask=mask_out)
+            tl.store(
+                Mid + b * stride_mb + heads[:, None] * stride_mh + split * stride_ms + offs_dv[None, :],
+                out,
+                mask=mask_out,
+            )
             lse = (m_i + tl.log2(l_i)) * 0.6931471805599453  # back to natural log (x ln 2)
             tl.store(MidLse + b * stride_lb + heads * stride_lh + split, lse, mask=mask_h)
 
 
 @triton.jit
 def _decode_stage1_per_head(
-    Q, K, V, ReqToToken, ReqPoolIdx, SeqLens, NumSplits, Mid, MidLse, O,
-    sm_scale, logit_cap, v_scale,
-    stride_qb, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_rt,
-    stride_mb, stride_mh, stride_ms, stride_lb, stride_lh, stride_ob, stride_oh,
-    GROUP: tl.constexpr, MAX_SPLITS: tl.constexpr,
-    D: tl.constexpr, DV: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    HAS_CAP: tl.constexpr, SLOT_INT64: tl.constexpr, PDL: tl.constexpr,
+    Q,
+    K,
+    V,
+    ReqToToken,
+    ReqPoolIdx,
+    SeqLens,
+    NumSplits,
+    Mid,
+    MidLse,
+    O,
+    sm_scale,
+    logit_cap,
+    v_scale,
+    stride_qb,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    stride_rt,
+    stride_mb,
+    stride_mh,
+    stride_ms,
+    stride_lb,
+    stride_lh,
+    stride_ob,
+    stride_oh,
+    GROUP: tl.constexpr,
+    MAX_SPLITS: tl.constexpr,
+    D: tl.constexpr,
+    DV: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    HAS_CAP: tl.constexpr,
+    SLOT_INT64: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """One program = (request, query head, split); vector math, no MMA. Used when GROUP == 1."""
     b = tl.program_id(0)
@@ -167,8 +241,9 @@ def _decode_stage1_per_head(
             slot = tl.load(slot_row + offs, mask=mask_n, other=0)
             if SLOT_INT64:
                 slot = slot.to(tl.int64)
-            k = tl.load(k_base + slot[:, None] * stride_kt + offs_d[None, :],
-                        mask=mask_n[:, None] & mask_d[None, :], other=0.0)
+            k = tl.load(
+                k_base + slot[:, None] * stride_kt + offs_d[None, :], mask=mask_n[:, None] & mask_d[None, :], other=0.0
+            )
             qk = tl.sum(q[None, :] * k.to(tl.float32), 1) * sm_scale
             qk = _soft_cap(qk, logit_cap, HAS_CAP)
             qk = tl.where(mask_n, qk * 1.4426950408889634, float("-inf"))
@@ -177,13 +252,19 @@ def _decode_stage1_per_head(
             alpha = tl.exp2(m_i - m_new)
             p = tl.exp2(qk - m_new)
             l_i = l_i * alpha + tl.sum(p, 0)
-            v = tl.load(v_base + slot[:, None] * stride_vt + offs_dv[None, :],
-                        mask=mask_n[:, None] & mask_dv[None, :], other=0.0)
+            v = tl.load(
+                v_base + slot[:, None] * stride_vt + offs_dv[None, :],
+                mask=mask_n[:, None] & mask_dv[None, :],
+                other=0.0,
+            )
             acc = acc * alpha + tl.sum(p[:, None] * v.to(tl.float32), 0)
             m_i = m_new
         if n_splits == 1:
-            tl.store(O + b * stride_ob + h * stride_oh + offs_dv, (acc * (v_scale / l_i)).to(O.dtype.element_ty),
-                     mask=mask_dv)
+            tl.store(
+                O + b * stride_ob + h * stride_oh + offs_dv,
+                (acc * (v_scale / l_i)).to(O.dtype.element_ty),
+                mask=mask_dv,
+            )
         else:
             tl.store(Mid + b * stride_mb + h * stride_mh + split * stride_ms + offs_dv, acc / l_i, mask=mask_dv)
             tl.store(MidLse + b * stride_lb + h * stride_lh + split, (m_i + tl.log2(l_i)) * 0.6931471805599453)
@@ -218,9 +299,23 @@ def _stage2_counts(SeqLens, NumSplits, b, MAX_SPLITS: tl.constexpr):
 
 @triton.jit
 def _decode_stage2(
-    Mid, MidLse, O, SeqLens, NumSplits, v_scale,
-    stride_mb, stride_mh, stride_ms, stride_lb, stride_lh, stride_ob, stride_oh,
-    MAX_SPLITS: tl.constexpr, DV: tl.constexpr, BLOCK_DV: tl.constexpr, PDL: tl.constexpr,
+    Mid,
+    MidLse,
+    O,
+    SeqLens,
+    NumSplits,
+    v_scale,
+    stride_mb,
+    stride_mh,
+    stride_ms,
+    stride_lb,
+    stride_lh,
+    stride_ob,
+    stride_oh,
+    MAX_SPLITS: tl.constexpr,
+    DV: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """Merge the splits of one (request, head): out = sum_s exp(lse_s - M) o_s / sum_s exp(lse_s - M).
     Requests with one split were finished by stage 1; an empty request (seq_len 0) gets zeros."""
@@ -240,16 +335,34 @@ def _decode_stage2(
             lse = tl.load(MidLse + b * stride_lb + h * stride_lh + s)
             o_s = tl.load(Mid + b * stride_mb + h * stride_mh + s * stride_ms + offs_dv, mask=mask_dv, other=0.0)
             acc, e_sum, e_max = _merge_split(acc, e_sum, e_max, lse, o_s)
-        tl.store(O + b * stride_ob + h * stride_oh + offs_dv, _merged_out(acc, e_sum, v_scale).to(O.dtype.element_ty),
-                 mask=mask_dv)
+        tl.store(
+            O + b * stride_ob + h * stride_oh + offs_dv,
+            _merged_out(acc, e_sum, v_scale).to(O.dtype.element_ty),
+            mask=mask_dv,
+        )
 
 
 @triton.jit
 def _decode_stage2_blocked(
-    Mid, MidLse, O, SeqLens, NumSplits, v_scale,
-    stride_mb, stride_mh, stride_ms, stride_lb, stride_lh, stride_ob, stride_oh,
-    H: tl.constexpr, MAX_SPLITS: tl.constexpr, DV: tl.constexpr, BLOCK_HS: tl.constexpr,
-    BLOCK_DV: tl.constexpr, PDL: tl.constexpr,
+    Mid,
+    MidLse,
+    O,
+    SeqLens,
+    NumSplits,
+    v_scale,
+    stride_mb,
+    stride_mh,
+    stride_ms,
+    stride_lb,
+    stride_lh,
+    stride_ob,
+    stride_oh,
+    H: tl.constexpr,
+    MAX_SPLITS: tl.constexpr,
+    DV: tl.constexpr,
+    BLOCK_HS: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """_decode_stage2 for BLOCK_HS heads of one request per program, for large batches: one program
     per (request, head) was 2,048 programs at batch 64 that, with one split, only wait and exit."""
@@ -267,11 +380,17 @@ def _decode_stage2_blocked(
         acc = tl.zeros([BLOCK_HS, BLOCK_DV], tl.float32)
         for s in range(0, n_written):
             lse = tl.load(MidLse + b * stride_lb + heads[:, None] * stride_lh + s, mask=mask_h[:, None], other=-1e30)
-            o_s = tl.load(Mid + b * stride_mb + heads[:, None] * stride_mh + s * stride_ms + offs_dv[None, :],
-                          mask=mask, other=0.0)
+            o_s = tl.load(
+                Mid + b * stride_mb + heads[:, None] * stride_mh + s * stride_ms + offs_dv[None, :],
+                mask=mask,
+                other=0.0,
+            )
             acc, e_sum, e_max = _merge_split(acc, e_sum, e_max, lse, o_s)
-        tl.store(O + b * stride_ob + heads[:, None] * stride_oh + offs_dv[None, :],
-                 _merged_out(acc, e_sum, v_scale).to(O.dtype.element_ty), mask=mask)
+        tl.store(
+            O + b * stride_ob + heads[:, None] * stride_oh + offs_dv[None, :],
+            _merged_out(acc, e_sum, v_scale).to(O.dtype.element_ty),
+            mask=mask,
+        )
 
 
 # Stage 2 takes blocks of 8 heads from this batch size on (H200 runs 8 -> 10: 41.5 vs 43.6 us per
@@ -399,41 +518,104 @@ def decode_attention_fwd(
     # 32-bit slot offsets unless a buffer is too large for them (decided from shapes: no sync).
     slot_int64 = max(k_buffer.shape[0] * k_buffer.stride(0), v_buffer.shape[0] * v_buffer.stride(0)) >= 2**31
     common = (
-        q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, num_kv_splits,
-        attn_logits, attn_lse, o, sm_scale * k_scale, logit_cap, v_scale,
-        q.stride(0), q.stride(1), k_buffer.stride(0), k_buffer.stride(1),
-        v_buffer.stride(0), v_buffer.stride(1), req_to_token.stride(0),
-        attn_logits.stride(0), attn_logits.stride(1), attn_logits.stride(2),
-        attn_lse.stride(0), attn_lse.stride(1), o.stride(0), o.stride(1),
+        q,
+        k_buffer,
+        v_buffer,
+        req_to_token,
+        req_pool_indices,
+        seq_lens,
+        num_kv_splits,
+        attn_logits,
+        attn_lse,
+        o,
+        sm_scale * k_scale,
+        logit_cap,
+        v_scale,
+        q.stride(0),
+        q.stride(1),
+        k_buffer.stride(0),
+        k_buffer.stride(1),
+        v_buffer.stride(0),
+        v_buffer.stride(1),
+        req_to_token.stride(0),
+        attn_logits.stride(0),
+        attn_logits.stride(1),
+        attn_logits.stride(2),
+        attn_lse.stride(0),
+        attn_lse.stride(1),
+        o.stride(0),
+        o.stride(1),
     )
     if grouped:
         blocks_per_kv = triton.cdiv(group, _GROUP_BLOCK_H)
         grid = (bs, num_kv_heads * blocks_per_kv, max_kv_splits)
         _decode_stage1_grouped[grid](
-            *common, GROUP=group, BLOCKS_PER_KV=blocks_per_kv, MAX_SPLITS=max_kv_splits,
-            D=head_dim, DV=v_dim, BLOCK_H=_GROUP_BLOCK_H, BLOCK_N=cfg["BLOCK_N"], BLOCK_D=block_d,
-            BLOCK_DV=block_dv, HAS_CAP=logit_cap > 0, SLOT_INT64=slot_int64, DOT_PREC=_dot_precision(q.dtype),
-            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **pdl_args(q),
+            *common,
+            GROUP=group,
+            BLOCKS_PER_KV=blocks_per_kv,
+            MAX_SPLITS=max_kv_splits,
+            D=head_dim,
+            DV=v_dim,
+            BLOCK_H=_GROUP_BLOCK_H,
+            BLOCK_N=cfg["BLOCK_N"],
+            BLOCK_D=block_d,
+            BLOCK_DV=block_dv,
+            HAS_CAP=logit_cap > 0,
+            SLOT_INT64=slot_int64,
+            DOT_PREC=_dot_precision(q.dtype),
+            num_warps=cfg["num_warps"],
+            num_stages=cfg["num_stages"],
+            **pdl_args(q),
         )
     else:
         grid = (bs, num_heads, max_kv_splits)
         _decode_stage1_per_head[grid](
-            *common, GROUP=group, MAX_SPLITS=max_kv_splits, D=head_dim, DV=v_dim,
-            BLOCK_N=cfg["BLOCK_N"], BLOCK_D=block_d, BLOCK_DV=block_dv, HAS_CAP=logit_cap > 0,
-            SLOT_INT64=slot_int64, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **pdl_args(q),
+            *common,
+            GROUP=group,
+            MAX_SPLITS=max_kv_splits,
+            D=head_dim,
+            DV=v_dim,
+            BLOCK_N=cfg["BLOCK_N"],
+            BLOCK_D=block_d,
+            BLOCK_DV=block_dv,
+            HAS_CAP=logit_cap > 0,
+            SLOT_INT64=slot_int64,
+            num_warps=cfg["num_warps"],
+            num_stages=cfg["num_stages"],
+            **pdl_args(q),
         )
-    stage2 = (attn_logits, attn_lse, o, seq_lens, num_kv_splits, v_scale,
-              attn_logits.stride(0), attn_logits.stride(1), attn_logits.stride(2),
-              attn_lse.stride(0), attn_lse.stride(1), o.stride(0), o.stride(1))
+    stage2 = (
+        attn_logits,
+        attn_lse,
+        o,
+        seq_lens,
+        num_kv_splits,
+        v_scale,
+        attn_logits.stride(0),
+        attn_logits.stride(1),
+        attn_logits.stride(2),
+        attn_lse.stride(0),
+        attn_lse.stride(1),
+        o.stride(0),
+        o.stride(1),
+    )
     warps = 4 if q.is_cuda else 1
     if bs >= _STAGE2_BLOCKED_MIN_BS:
         block_hs = min(_STAGE2_BLOCK_HS, triton.next_power_of_2(num_heads))
         _decode_stage2_blocked[(bs, triton.cdiv(num_heads, block_hs))](
-            *stage2, H=num_heads, MAX_SPLITS=max_kv_splits, DV=v_dim, BLOCK_HS=block_hs, BLOCK_DV=block_dv,
-            num_warps=warps, **pdl_args(q))
+            *stage2,
+            H=num_heads,
+            MAX_SPLITS=max_kv_splits,
+            DV=v_dim,
+            BLOCK_HS=block_hs,
+            BLOCK_DV=block_dv,
+            num_warps=warps,
+            **pdl_args(q),
+        )
     else:
-        _decode_stage2[(bs, num_heads)](*stage2, MAX_SPLITS=max_kv_splits, DV=v_dim, BLOCK_DV=block_dv,
-                                        num_warps=warps, **pdl_args(q))
+        _decode_stage2[(bs, num_heads)](
+            *stage2, MAX_SPLITS=max_kv_splits, DV=v_dim, BLOCK_DV=block_dv, num_warps=warps, **pdl_args(q)
+        )
 
 
 def decode_attention_ref(

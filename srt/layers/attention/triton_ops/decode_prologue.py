@@ -21,9 +21,21 @@ _MAX_BLOCK = 1024
 
 
 @triton.jit
-def _decode_prologue_kernel(SeqLens, Rows, Loc, ReqToToken, stride_rt, NumSplits, bs, head_programs,
-                            target_programs, min_split_len, max_splits,
-                            BLOCK: tl.constexpr, PDL: tl.constexpr):
+def _decode_prologue_kernel(
+    SeqLens,
+    Rows,
+    Loc,
+    ReqToToken,
+    stride_rt,
+    NumSplits,
+    bs,
+    head_programs,
+    target_programs,
+    min_split_len,
+    max_splits,
+    BLOCK: tl.constexpr,
+    PDL: tl.constexpr,
+):
     pdl_wait(PDL)
     acc = tl.zeros([BLOCK], dtype=tl.int64)
     for start in range(0, bs, BLOCK):
@@ -43,10 +55,19 @@ def _decode_prologue_kernel(SeqLens, Rows, Loc, ReqToToken, stride_rt, NumSplits
         tl.store(ReqToToken + rows * stride_rt + pos, slot.to(tl.int32), mask=m)
 
 
-def decode_prologue(seq_lens: torch.Tensor, num_heads: int, num_kv_heads: int, max_kv_splits: int,
-                    num_kv_splits: torch.Tensor, num_sms: int, req_to_token: torch.Tensor,
-                    req_pool_indices: torch.Tensor, out_cache_loc: torch.Tensor,
-                    waves: int = 3, min_split_len: int = 64) -> None:
+def decode_prologue(
+    seq_lens: torch.Tensor,
+    num_heads: int,
+    num_kv_heads: int,
+    max_kv_splits: int,
+    num_kv_splits: torch.Tensor,
+    num_sms: int,
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    out_cache_loc: torch.Tensor,
+    waves: int = 3,
+    min_split_len: int = 64,
+) -> None:
     """num_kv_splits[:] = compute_num_kv_splits(seq_lens, ...) (same rule, same arguments) and
     req_to_token[req_pool_indices[i], seq_lens[i] - 1] = out_cache_loc[i] (a decode pass's seq_lens
     include its new token). Graph-capturable: no host sync."""
@@ -57,7 +78,18 @@ def decode_prologue(seq_lens: torch.Tensor, num_heads: int, num_kv_heads: int, m
     if bs == 0:
         return
     _decode_prologue_kernel[(1,)](
-        seq_lens, req_pool_indices, out_cache_loc, req_to_token, req_to_token.stride(0), num_kv_splits, bs,
-        decode_head_programs(num_heads, num_kv_heads), max(1, num_sms * waves), min_split_len, max_kv_splits,
+        seq_lens,
+        req_pool_indices,
+        out_cache_loc,
+        req_to_token,
+        req_to_token.stride(0),
+        num_kv_splits,
+        bs,
+        decode_head_programs(num_heads, num_kv_heads),
+        max(1, num_sms * waves),
+        min_split_len,
+        max_kv_splits,
         BLOCK=min(triton.next_power_of_2(bs), _MAX_BLOCK),
-        num_warps=4 if seq_lens.is_cuda else 1, **pdl_args(seq_lens))
+        num_warps=4 if seq_lens.is_cuda else 1,
+        **pdl_args(seq_lens),
+    )

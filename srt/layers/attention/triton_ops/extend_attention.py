@@ -29,8 +29,9 @@ def _soft_cap(x, logit_cap, HAS_CAP: tl.constexpr):
 
 
 @triton.jit
-def _online_softmax_step(qk, v, m_i, l_i, acc, dot_dtype: tl.constexpr, v_mul, SCALE_V: tl.constexpr,
-                         DOT_PREC: tl.constexpr):
+def _online_softmax_step(
+    qk, v, m_i, l_i, acc, dot_dtype: tl.constexpr, v_mul, SCALE_V: tl.constexpr, DOT_PREC: tl.constexpr
+):
     """Fold one tile of log2-domain logits qk [M, N] (masked entries = -inf) and V [N, DV] into the
     running (max, sum, acc). Rows keep a finite max (they start at -1e30), so no -inf - -inf."""
     m_new = tl.maximum(m_i, tl.max(qk, 1))
@@ -48,13 +49,46 @@ def _online_softmax_step(qk, v, m_i, l_i, acc, dot_dtype: tl.constexpr, v_mul, S
 # compile new variants mid-serving for no gain (it only bounds the grid).
 @triton.jit(do_not_specialize=["NUM_M_BLOCKS"])
 def _extend_attention_kernel(
-    Q, KExt, VExt, O, KBuf, VBuf, ReqToToken, ReqPoolIdx, SeqLens, ExtLens, ExtStart,
-    sm_scale, logit_cap, prefix_k_scale, prefix_v_scale,
-    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
-    stride_kbt, stride_kbh, stride_vbt, stride_vbh, stride_rt,
-    NUM_M_BLOCKS, GROUP: tl.constexpr, D: tl.constexpr, DV: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    HAS_CAP: tl.constexpr, SLOT_INT64: tl.constexpr, SCALED_PREFIX: tl.constexpr, DOT_PREC: tl.constexpr,
+    Q,
+    KExt,
+    VExt,
+    O,
+    KBuf,
+    VBuf,
+    ReqToToken,
+    ReqPoolIdx,
+    SeqLens,
+    ExtLens,
+    ExtStart,
+    sm_scale,
+    logit_cap,
+    prefix_k_scale,
+    prefix_v_scale,
+    stride_qt,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    stride_ot,
+    stride_oh,
+    stride_kbt,
+    stride_kbh,
+    stride_vbt,
+    stride_vbh,
+    stride_rt,
+    NUM_M_BLOCKS,
+    GROUP: tl.constexpr,
+    D: tl.constexpr,
+    DV: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    HAS_CAP: tl.constexpr,
+    SLOT_INT64: tl.constexpr,
+    SCALED_PREFIX: tl.constexpr,
+    DOT_PREC: tl.constexpr,
 ):
     h = tl.program_id(0)
     # Last query blocks see the most keys: launch them first so the tail of the grid is short.
@@ -85,8 +119,9 @@ def _extend_attention_kernel(
         mask_d = offs_d < D
         mask_dv = offs_dv < DV
 
-        q = tl.load(q_base + offs_m[:, None] * stride_qt + offs_d[None, :],
-                    mask=mask_m[:, None] & mask_d[None, :], other=0.0)
+        q = tl.load(
+            q_base + offs_m[:, None] * stride_qt + offs_d[None, :], mask=mask_m[:, None] & mask_d[None, :], other=0.0
+        )
         m_i = tl.full([BLOCK_M], -1e30, tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
@@ -98,17 +133,22 @@ def _extend_attention_kernel(
             slot = tl.load(slot_row + offs, mask=mask_n, other=0)
             if SLOT_INT64:  # only for pools with >= 2^31 elements per buffer
                 slot = slot.to(tl.int64)
-            k = tl.load(kb_base + slot[None, :] * stride_kbt + offs_d[:, None],
-                        mask=mask_d[:, None] & mask_n[None, :], other=0.0)
+            k = tl.load(
+                kb_base + slot[None, :] * stride_kbt + offs_d[:, None],
+                mask=mask_d[:, None] & mask_n[None, :],
+                other=0.0,
+            )
             # prefix_k_scale = sm_scale * k_scale: an fp8 pool holds K / k_scale (1.0 otherwise).
             qk = tl.dot(q, k.to(q.dtype), input_precision=DOT_PREC) * prefix_k_scale
             qk = _soft_cap(qk, logit_cap, HAS_CAP)
             # log2 domain (x log2(e)) so the softmax uses exp2; masked positions get -inf.
             qk = tl.where(mask_n[None, :], qk * 1.4426950408889634, float("-inf"))
-            v = tl.load(vb_base + slot[:, None] * stride_vbt + offs_dv[None, :],
-                        mask=mask_n[:, None] & mask_dv[None, :], other=0.0)
-            m_i, l_i, acc = _online_softmax_step(qk, v, m_i, l_i, acc, q.dtype, prefix_v_scale, SCALED_PREFIX,
-                                                 DOT_PREC)
+            v = tl.load(
+                vb_base + slot[:, None] * stride_vbt + offs_dv[None, :],
+                mask=mask_n[:, None] & mask_dv[None, :],
+                other=0.0,
+            )
+            m_i, l_i, acc = _online_softmax_step(qk, v, m_i, l_i, acc, q.dtype, prefix_v_scale, SCALED_PREFIX, DOT_PREC)
 
         # Phase 2a: new-token keys entirely below this query block: no mask at all.
         full_end = (m_start // BLOCK_N) * BLOCK_N
@@ -125,20 +165,27 @@ def _extend_attention_kernel(
         for n0 in range(full_end, ext_end, BLOCK_N):
             offs = n0 + offs_n
             mask_n = offs < ext_end
-            k = tl.load(kx_base + offs[None, :] * stride_kt + offs_d[:, None],
-                        mask=mask_d[:, None] & mask_n[None, :], other=0.0)
+            k = tl.load(
+                kx_base + offs[None, :] * stride_kt + offs_d[:, None], mask=mask_d[:, None] & mask_n[None, :], other=0.0
+            )
             qk = tl.dot(q, k.to(q.dtype), input_precision=DOT_PREC) * sm_scale
             qk = _soft_cap(qk, logit_cap, HAS_CAP)
             causal = mask_n[None, :] & (offs[None, :] <= offs_m[:, None])
             qk = tl.where(causal, qk * 1.4426950408889634, float("-inf"))
-            v = tl.load(vx_base + offs[:, None] * stride_vt + offs_dv[None, :],
-                        mask=mask_n[:, None] & mask_dv[None, :], other=0.0)
+            v = tl.load(
+                vx_base + offs[:, None] * stride_vt + offs_dv[None, :],
+                mask=mask_n[:, None] & mask_dv[None, :],
+                other=0.0,
+            )
             m_i, l_i, acc = _online_softmax_step(qk, v, m_i, l_i, acc, q.dtype, 1.0, False, DOT_PREC)
 
         # Valid rows always include their own key, so l_i > 0 there; padded rows are not stored.
         out = acc / l_i[:, None]
-        tl.store(o_base + offs_m[:, None] * stride_ot + offs_dv[None, :],
-                 out.to(O.dtype.element_ty), mask=mask_m[:, None] & mask_dv[None, :])
+        tl.store(
+            o_base + offs_m[:, None] * stride_ot + offs_dv[None, :],
+            out.to(O.dtype.element_ty),
+            mask=mask_m[:, None] & mask_dv[None, :],
+        )
 
 
 def _extend_config(block_d: int, block_dv: int, on_cuda: bool) -> dict:
@@ -207,18 +254,48 @@ def extend_attention_fwd(
     num_m_blocks = triton.cdiv(max_len_extend, cfg["BLOCK_M"])
     grid = (num_heads, num_m_blocks, bs)
     _extend_attention_kernel[grid](
-        q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, req_to_token,
-        req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc,
-        sm_scale, logit_cap, sm_scale * k_scale, v_scale,
-        q_extend.stride(0), q_extend.stride(1), k_extend.stride(0), k_extend.stride(1),
-        v_extend.stride(0), v_extend.stride(1), o_extend.stride(0), o_extend.stride(1),
-        k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
+        q_extend,
+        k_extend,
+        v_extend,
+        o_extend,
+        k_buffer,
+        v_buffer,
+        req_to_token,
+        req_pool_indices,
+        seq_lens,
+        extend_seq_lens,
+        extend_start_loc,
+        sm_scale,
+        logit_cap,
+        sm_scale * k_scale,
+        v_scale,
+        q_extend.stride(0),
+        q_extend.stride(1),
+        k_extend.stride(0),
+        k_extend.stride(1),
+        v_extend.stride(0),
+        v_extend.stride(1),
+        o_extend.stride(0),
+        o_extend.stride(1),
+        k_buffer.stride(0),
+        k_buffer.stride(1),
+        v_buffer.stride(0),
+        v_buffer.stride(1),
         req_to_token.stride(0),
-        num_m_blocks, GROUP=num_heads // num_kv_heads, D=head_dim, DV=v_dim,
-        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_D=block_d, BLOCK_DV=block_dv,
-        HAS_CAP=logit_cap > 0, SLOT_INT64=slot_int64, SCALED_PREFIX=v_scale != 1.0,
+        num_m_blocks,
+        GROUP=num_heads // num_kv_heads,
+        D=head_dim,
+        DV=v_dim,
+        BLOCK_M=cfg["BLOCK_M"],
+        BLOCK_N=cfg["BLOCK_N"],
+        BLOCK_D=block_d,
+        BLOCK_DV=block_dv,
+        HAS_CAP=logit_cap > 0,
+        SLOT_INT64=slot_int64,
+        SCALED_PREFIX=v_scale != 1.0,
         DOT_PREC="ieee" if q_extend.dtype == torch.float32 else "tf32",
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        num_warps=cfg["num_warps"],
+        num_stages=cfg["num_stages"],
     )
 
 
@@ -242,19 +319,20 @@ def extend_attention_ref(
     num_tokens, num_heads, _ = q_extend.shape
     group = num_heads // k_extend.shape[1]
     out = torch.zeros((num_tokens, num_heads, v_extend.shape[2]), dtype=torch.float32, device=q_extend.device)
-    for row, n, e, s in zip(req_pool_indices.tolist(), seq_lens.tolist(), extend_seq_lens.tolist(),
-                            extend_start_loc.tolist()):
+    for row, n, e, s in zip(
+        req_pool_indices.tolist(), seq_lens.tolist(), extend_seq_lens.tolist(), extend_start_loc.tolist()
+    ):
         if e == 0:
             continue
         p = n - e
         slots = req_to_token[row, :p].long()
-        k = torch.cat([k_buffer[slots].float() * k_scale, k_extend[s:s + e].float()]).repeat_interleave(group, dim=1)
-        v = torch.cat([v_buffer[slots].float() * v_scale, v_extend[s:s + e].float()]).repeat_interleave(group, dim=1)
-        logits = torch.einsum("mhd,nhd->hmn", q_extend[s:s + e].float(), k) * sm_scale
+        k = torch.cat([k_buffer[slots].float() * k_scale, k_extend[s : s + e].float()]).repeat_interleave(group, dim=1)
+        v = torch.cat([v_buffer[slots].float() * v_scale, v_extend[s : s + e].float()]).repeat_interleave(group, dim=1)
+        logits = torch.einsum("mhd,nhd->hmn", q_extend[s : s + e].float(), k) * sm_scale
         if logit_cap > 0:
             logits = logit_cap * torch.tanh(logits / logit_cap)
         # query i (absolute position p + i) sees keys j <= p + i
         allowed = torch.arange(p + e, device=k.device)[None, :] <= (p + torch.arange(e, device=k.device))[:, None]
         logits = logits.masked_fill(~allowed[None], float("-inf"))
-        out[s:s + e] = torch.einsum("hmn,nhd->mhd", torch.softmax(logits, dim=-1), v)
+        out[s : s + e] = torch.einsum("hmn,nhd->mhd", torch.softmax(logits, dim=-1), v)
     return out
