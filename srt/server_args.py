@@ -63,10 +63,34 @@ class ServerArgs:
     revision: Optional[str] = _f(None, "Unused; accepted for compatibility.")
 
     # ---- HTTP ----
-    host: str = _f("127.0.0.1", "HTTP host.")
+    host: str = _f("127.0.0.1", "HTTP host; 0.0.0.0 listens on every interface.")
     port: int = _f(30000, "HTTP port.")
-    api_key: Optional[str] = _f(None, "If set, every route requires `Authorization: Bearer <key>`.")
+    api_key: Optional[str] = _f(
+        None,
+        "If set, every route except /health and /health_generate requires `Authorization: Bearer <key>` "
+        "(/metrics too, unless --metrics-without-api-key).",
+    )
     skip_server_warmup: bool = _f(False, "Do not send the warm-up generate at startup.")
+    metrics_without_api_key: bool = _f(False, "Serve /metrics without the API key (a scraper on a trusted network).")
+    graceful_shutdown_timeout: float = _f(
+        5.0,
+        "On SIGTERM: refuse new requests at once, let running ones finish for this many seconds, then abort "
+        "the rest and exit 0.",
+    )
+
+    # ---- what one request may carry ----
+    max_request_bytes: int = _f(32 << 20, "Largest request body in bytes; a larger one gets HTTP 413 unread.")
+    request_read_timeout: float = _f(60.0, "Seconds a client may take to send its request body (then HTTP 408).")
+    max_top_logprobs_num: int = _f(20, "Most alternatives per position (top_logprobs_num) a request may ask for.")
+    max_batch_requests: int = _f(512, "Most generations one call may ask for: prompts x n.")
+    slow_consumer_timeout: float = _f(
+        60.0,
+        "Seconds a stream may leave its output unread; then it is aborted and its connection closed.",
+    )
+    max_stream_buffer_bytes: int = _f(
+        8 << 20, "Most output bytes a stream may leave unread before it is aborted (incremental streams)."
+    )
+    tokenizer_worker_num: int = _f(2, "Threads that tokenize and check requests off the HTTP event loop.")
 
     # ---- device and memory ----
     device: str = _f("auto", "Where the model runs.", ["auto", "cpu", "cuda"])
@@ -204,6 +228,14 @@ class ServerArgs:
             "--schedule-conservativeness must be > 0",
         )
         need(self.stream_interval >= 1, "--stream-interval must be >= 1")
+        need(self.max_request_bytes >= 1024, "--max-request-bytes must be >= 1024")
+        need(self.request_read_timeout > 0, "--request-read-timeout must be > 0")
+        need(self.max_top_logprobs_num >= 0, "--max-top-logprobs-num must be >= 0")
+        need(self.max_batch_requests >= 1, "--max-batch-requests must be >= 1")
+        need(self.slow_consumer_timeout > 0, "--slow-consumer-timeout must be > 0")
+        need(self.max_stream_buffer_bytes >= 1024, "--max-stream-buffer-bytes must be >= 1024")
+        need(self.graceful_shutdown_timeout >= 0, "--graceful-shutdown-timeout must be >= 0")
+        need(self.tokenizer_worker_num >= 1, "--tokenizer-worker-num must be >= 1")
         need(self.cublas_workspace_kib >= -1, "--cublas-workspace-kib must be -1 (torch's default) or >= 0")
         need(self.batch_notify_size >= 1, "--batch-notify-size must be >= 1")
         need(self.decode_log_interval >= 1, "--decode-log-interval must be >= 1")

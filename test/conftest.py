@@ -31,6 +31,14 @@ def smollm_path():
 
 
 @pytest.fixture(scope="session")
+def tok(smollm_path):
+    """The embedded model's tokenizer."""
+    from sglang.srt.utils.hf_tokenizer import get_tokenizer
+
+    return get_tokenizer(smollm_path)
+
+
+@pytest.fixture(scope="session")
 def hf_models():
     cache = {}
 
@@ -61,3 +69,33 @@ def server_url(default_server):
     """The default server's URL; after the test the idle KV invariant must hold."""
     yield default_server.url
     default_server.check_idle_invariant()
+
+
+@pytest.fixture(scope="session")
+def incremental_server():
+    """A server streaming deltas (--incremental-streaming-output), as SGLang does with that flag."""
+    srv = ServerProcess(["--max-total-tokens", "8192", "--incremental-streaming-output", "--skip-server-warmup"])
+    yield srv
+    srv.stop()
+
+
+GUARD_KEY = "sk-guarded-test-key"
+
+
+@pytest.fixture(scope="session")
+def guarded_server():
+    """A server with an API key, metrics, and short --slow-consumer-timeout / --request-read-timeout."""
+    srv = ServerProcess(
+        [
+            "--max-total-tokens",
+            "20000",
+            "--enable-metrics",
+            "--slow-consumer-timeout",
+            "3",
+            "--request-read-timeout",
+            "2",
+        ],
+        api_key=GUARD_KEY,
+    )
+    yield srv
+    srv.stop()

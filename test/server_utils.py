@@ -22,11 +22,17 @@ def free_port() -> int:
 
 class ServerProcess:
     def __init__(
-        self, args: Optional[List[str]] = None, env: Optional[Dict[str, str]] = None, startup_timeout: float = 240.0
+        self,
+        args: Optional[List[str]] = None,
+        env: Optional[Dict[str, str]] = None,
+        startup_timeout: float = 240.0,
+        api_key: Optional[str] = None,
     ):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.args = list(args or [])
+        self.args = list(args or []) + (["--api-key", api_key] if api_key else [])
+        # What the helpers below send: the key, when the server wants one.
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.log = tempfile.NamedTemporaryFile("w+", prefix="sglang-test-", suffix=".log", delete=False)
         full_env = dict(os.environ)
         full_env.setdefault("SGLANG_STRICT_MEM_CHECK", "1")
@@ -62,7 +68,7 @@ class ServerProcess:
         return self.proc.poll() is None
 
     def server_info(self) -> dict:
-        r = requests.get(self.url + "/server_info", timeout=30)
+        r = requests.get(self.url + "/server_info", headers=self.headers, timeout=30)
         r.raise_for_status()
         return r.json()
 
@@ -90,6 +96,16 @@ class ServerProcess:
         assert "leak" not in self.log_text().lower(), self.log_tail()
 
     def stop(self) -> None:
+        """SIGTERM the server's process group (SIGKILL if it lingers); the log file goes with it
+        (set SGLANG_KEEP_TEST_LOGS=1 to keep it)."""
+        self._terminate()
+        if not os.environ.get("SGLANG_KEEP_TEST_LOGS"):
+            try:
+                os.unlink(self.log.name)
+            except OSError:
+                pass
+
+    def _terminate(self) -> None:
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGTERM)
@@ -126,3 +142,13 @@ def stream_chunks(url: str, body: dict, timeout: float = 120) -> List[dict]:
                 break
             out.append(json.loads(data))
     return out
+
+
+def assert_error_shape(r: requests.Response, status: int, typ: str) -> dict:
+    """The one error body of every route (srt/entrypoints/errors.py); returns it."""
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert set(body) == {"object", "message", "type", "param", "code", "error"}, body
+    assert (body["object"], body["type"], body["code"]) == ("error", typ, status), body
+    assert body["message"] and body["error"]["message"] == body["message"] and body["error"]["type"] == typ
+    return body

@@ -12,8 +12,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from server_utils import generate, stream_chunks
 
-from sglang.srt.utils.hf_tokenizer import get_tokenizer
-
 PROMPTS = [
     "The capital of France is",
     "def fibonacci(n):",
@@ -23,11 +21,6 @@ PROMPTS = [
     "Once upon a time",
 ]
 N_NEW = 12
-
-
-@pytest.fixture(scope="module")
-def tok(smollm_path):
-    return get_tokenizer(smollm_path)
 
 
 @pytest.fixture(scope="module")
@@ -192,7 +185,10 @@ def test_stream_interval_per_request(server_url):
         ({"text": "hi", "sampling_params": {"json_schema": '{"type": "nonsense"}'}}, "json"),
         ({"input_ids": [1, 2, 10**9]}, "token ids"),
         ({"input_ids": []}, "empty"),
-        ({"text": "hi", "unknown_field": 1}, "unknown_field"),
+        ({"text": "hi", "lora_path": "adapter-a"}, "LoRA adapters"),
+        ({"text": "hi", "rid": ""}, "rid"),
+        ({"text": "hi", "sampling_params": {"logit_bias": {"5": True}}}, "logit_bias"),
+        ({"text": "hi", "sampling_params": {"logit_bias": {"5": -1e308}}}, "logit_bias"),
         ({"text": "hi" * 20000}, "context length"),
         ({"text": 5}, "text"),
         ({"text": "hi", "return_logprob": True, "logprob_start_len": 50}, "logprob_start_len"),
@@ -354,6 +350,13 @@ _TOP_KEYS = [
     "top_logprobs_num",
     "return_text_in_logprobs",
     "priority",
+    "extra_key",
+    "background",
+    "no_logs",
+    "received_time",
+    "lora_path",
+    "return_hidden_states",
+    "custom_labels",
 ]
 
 

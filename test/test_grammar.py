@@ -34,8 +34,6 @@ from sglang.srt.constrained.json_whitespace import count_whitespace_sites, rewri
 from sglang.srt.constrained.xgrammar_backend import XGrammarBackend
 from sglang.srt.managers.req import Req
 from sglang.srt.sampling.sampling_params import SamplingParams
-from sglang.srt.utils.embedded_model import embedded_model_path
-from sglang.srt.utils.hf_tokenizer import get_tokenizer
 
 VOCAB = 49152
 NUM_SAMPLES = 100
@@ -86,11 +84,6 @@ PHONE_RE = r"\([0-9]{3}\) [0-9]{3}-[0-9]{4}"
 
 
 # ---------------------------------------------------------------------------- fixtures
-@pytest.fixture(scope="module")
-def tok():
-    return get_tokenizer(embedded_model_path())
-
-
 @pytest.fixture(scope="module")
 def backend(tok) -> XGrammarBackend:
     """xgrammar's default JSON whitespace: any run of spaces, tabs and newlines."""

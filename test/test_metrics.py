@@ -185,13 +185,18 @@ def test_scheduler_gauges_present_and_final_when_idle(server_url, default_server
 
 # ---------------------------------------------------------------------------- collector alone
 def _state(created: float, **kw):
-    base = dict(obj={"rid": "r"}, created_time=created, first_token_time=None, last_chunk_time=None)
+    base = dict(
+        req=types.SimpleNamespace(rid="r", log_metrics=True),
+        created_time=created,
+        first_token_time=None,
+        last_chunk_time=None,
+    )
     base.update(kw)
     return types.SimpleNamespace(**base)
 
 
 def _feed_chunk(c: ServerMetricsCollector, st, n: int, now: float) -> None:
-    """What TokenizerManager._build_output does around the hook."""
+    """What ReqState.apply does around the hook."""
     if n and st.first_token_time is None:
         st.first_token_time = now
     c.on_chunk(st, n, now)
@@ -231,7 +236,7 @@ def test_collector_itl_and_ttft_semantics():
 
 def test_collector_skips_log_metrics_false_and_isolates_registries():
     a, b = ServerMetricsCollector("m"), ServerMetricsCollector("m")
-    st = _state(0.0, obj={"rid": "x", "log_metrics": False})
+    st = _state(0.0, req=types.SimpleNamespace(rid="x", log_metrics=False))
     _feed_chunk(a, st, 1, 0.2)
     a.on_finish(
         st,

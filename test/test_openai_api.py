@@ -16,23 +16,17 @@ import pytest
 import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from server_utils import ServerProcess, generate
+from server_utils import generate
 
+from sglang.srt.entrypoints.errors import to_api_error
 from sglang.srt.entrypoints.openai.choices import Choices
-from sglang.srt.entrypoints.openai.errors import to_openai_error
 from sglang.srt.entrypoints.openai.protocol import CompletionRequest
-from sglang.srt.managers.tokenizer_manager import GenerateError
-from sglang.srt.utils.hf_tokenizer import get_tokenizer
+from sglang.srt.managers.request_state import GenerateError
 
 MODEL = "SmolLM2-135M-Instruct"
 PROMPT = "The capital of France is"
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
 N = 10
-
-
-@pytest.fixture(scope="module")
-def tok(smollm_path):
-    return get_tokenizer(smollm_path)
 
 
 @pytest.fixture
@@ -69,17 +63,23 @@ def collect_stream(stream):
 
 # ---------------------------------------------------------------------------- no server
 def test_error_mapping_status_codes():
-    assert to_openai_error(GenerateError(503, "The request queue is full.")).body() == {
+    assert to_api_error(GenerateError(503, "The request queue is full.")).body() == {
         "object": "error",
         "message": "The request queue is full.",
         "type": "ServiceUnavailableError",
         "param": None,
         "code": 503,
+        "error": {
+            "message": "The request queue is full.",
+            "type": "ServiceUnavailableError",
+            "param": None,
+            "code": 503,
+        },
     }
-    assert to_openai_error(ValueError("bad")).status_code == 400
+    assert to_api_error(ValueError("bad")).status_code == 400
     with pytest.raises(Exception) as e:
         CompletionRequest.model_validate({"prompt": "x", "top_p": 1.5})
-    err = to_openai_error(e.value)
+    err = to_api_error(e.value)
     assert (err.status_code, err.param) == (400, "top_p")
 
 
@@ -115,14 +115,17 @@ def test_models_list_retrieve_and_unknown(client, server_url):
     r = requests.get(server_url + "/v1/models/no/such/model")
     assert r.status_code == 404
     assert r.json()["object"] == "error" and r.json()["code"] == 404
+    assert r.json()["error"]["code"] == "model_not_found"
     for create in (
         lambda m: client.completions.create(model=m, prompt=PROMPT, max_tokens=1),
         lambda m: client.chat.completions.create(model=m, messages=MESSAGES, max_tokens=1),
     ):
-        with pytest.raises(openai.BadRequestError, match="does not exist"):  # a bad input: 400
+        with pytest.raises(openai.NotFoundError, match="does not exist") as info:  # OpenAI's model_not_found
             create("gpt-4")
-    # The model path is accepted as a model name.
-    assert client.completions.create(model=path, prompt=PROMPT, max_tokens=1).model == path
+        assert info.value.code == "model_not_found" and info.value.param == "model"
+        # The model path and `default` are accepted as model names; `default` echoes the served name.
+        assert create(path).model == path
+        assert create("default").model == MODEL
 
 
 # ---------------------------------------------------------------------------- completions
@@ -486,30 +489,23 @@ def test_client_disconnect_mid_stream_aborts(server_url, default_server, route, 
 
 
 # ---------------------------------------------------------------------------- auth
-def test_api_key_required_on_v1_routes():
-    srv = ServerProcess(["--api-key", "sk-test", "--max-total-tokens", "2048", "--skip-server-warmup"])
-    try:
-        good = openai.OpenAI(base_url=srv.url + "/v1", api_key="sk-test", max_retries=0)
-        bad = openai.OpenAI(base_url=srv.url + "/v1", api_key="wrong", max_retries=0)
-        assert [m.id for m in good.models.list().data] == [MODEL]
-        assert good.completions.create(model=MODEL, prompt=PROMPT, max_tokens=2).usage.completion_tokens == 2
-        for call in (
-            lambda c: c.models.list(),
-            lambda c: c.completions.create(model=MODEL, prompt=PROMPT, max_tokens=2),
-            lambda c: c.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=2),
-        ):
-            with pytest.raises(openai.AuthenticationError):
-                call(bad)
-        assert requests.post(srv.url + "/v1/completions", json={"prompt": PROMPT}).status_code == 401
-        # The idle KV invariant, read with the key (ServerProcess's helper sends none).
-        info = requests.get(srv.url + "/server_info", headers={"Authorization": "Bearer sk-test"}).json()
-        assert info["num_running_reqs"] == 0 and info["protected_tokens"] == 0
-        assert (
-            info["available_tokens"] + info["evictable_tokens"] + info["protected_tokens"]
-            == info["max_total_num_tokens"]
-        )
-    finally:
-        srv.stop()
+def test_api_key_required_on_v1_routes(guarded_server):
+    from conftest import GUARD_KEY
+
+    srv = guarded_server
+    good = openai.OpenAI(base_url=srv.url + "/v1", api_key=GUARD_KEY, max_retries=0)
+    bad = openai.OpenAI(base_url=srv.url + "/v1", api_key="wrong", max_retries=0)
+    assert [m.id for m in good.models.list().data] == [MODEL]
+    assert good.completions.create(model=MODEL, prompt=PROMPT, max_tokens=2).usage.completion_tokens == 2
+    for call in (
+        lambda c: c.models.list(),
+        lambda c: c.completions.create(model=MODEL, prompt=PROMPT, max_tokens=2),
+        lambda c: c.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=2),
+    ):
+        with pytest.raises(openai.AuthenticationError):
+            call(bad)
+    assert requests.post(srv.url + "/v1/completions", json={"prompt": PROMPT}).status_code == 401
+    srv.check_idle_invariant()  # read with the key
 
 
 # ---------------------------------------------------------------------------- fuzzing

@@ -7,7 +7,7 @@ import random
 
 import pytest
 import requests
-from server_utils import ServerProcess, generate
+from server_utils import ServerProcess, assert_error_shape, generate
 
 STORY = [f"Story number {i}: Once upon a time" for i in range(16)]
 SP = {"max_new_tokens": 40, "temperature": 0}
@@ -132,8 +132,17 @@ def test_max_queued_requests_gives_503_and_the_rest_succeed():
         assert set(codes) <= {200, 503}, codes
         busy = [r for r in rs if r.status_code == 503]
         assert busy and codes.count(200) >= 4
-        for r in busy:
-            assert r.json()["message"] == "The request queue is full."
+        for r in busy:  # the one error shape of every route (test_sglang_clients)
+            assert assert_error_shape(r, 503, "ServiceUnavailableError")["message"] == "The request queue is full."
+        chat = {"messages": [{"role": "user", "content": "Describe the sea"}], "max_tokens": 24, "ignore_eos": True}
+        with concurrent.futures.ThreadPoolExecutor(32) as ex:
+            rs = list(
+                ex.map(lambda _: requests.post(srv.url + "/v1/chat/completions", json=chat, timeout=120), range(32))
+            )
+        assert {r.status_code for r in rs} <= {200, 503} and any(r.status_code == 503 for r in rs)
+        for r in rs:
+            if r.status_code == 503:
+                assert_error_shape(r, 503, "ServiceUnavailableError")
         srv.check_idle_invariant()
     finally:
         srv.stop()

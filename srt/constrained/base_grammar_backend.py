@@ -74,7 +74,8 @@ class BaseGrammarBackend:
     """Compiles grammar text into grammar objects; must be safe to call from worker threads."""
 
     def compile(self, key_type: str, key_string: str) -> BaseGrammarObject:
-        """Compile; raise GrammarCompileError for a bad grammar or an unknown key_type."""
+        """Compile; raise GrammarCompileError for a bad grammar (one that matches no text included) or an
+        unknown key_type."""
         raise NotImplementedError
 
 

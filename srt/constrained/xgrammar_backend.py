@@ -57,6 +57,12 @@ class XGrammarGrammar(BaseGrammarObject):
     def is_terminated(self) -> bool:
         return bool(self._matcher.is_terminated())
 
+    def allows_a_first_token(self) -> bool:
+        """Whether the fresh matcher allows any token (a grammar of the empty language allows none)."""
+        mask = xgr.allocate_token_bitmask(1, self._vocab_size)
+        xgr.GrammarMatcher(self._compiled).fill_next_token_bitmask(mask, 0)
+        return bool(mask.any())
+
     def allocate_vocab_mask(self, vocab_size: int, batch_size: int, device: Any) -> torch.Tensor:
         if vocab_size != self._vocab_size:
             # xgrammar fills rows of exactly ceil(vocab/32) words; the backend must be built with
@@ -143,7 +149,10 @@ class XGrammarBackend(BaseGrammarBackend):
             raise
         except Exception as e:  # noqa: BLE001 - xgrammar raises RuntimeError, ValueError, TypeError and its own types
             raise GrammarCompileError(key_type, _clean_message(e)) from None
-        return XGrammarGrammar(compiled, self._stop_token_ids)
+        grammar = XGrammarGrammar(compiled, self._stop_token_ids)
+        if not grammar.allows_a_first_token():
+            raise GrammarCompileError(key_type, "it matches no text: no token is allowed at the start")
+        return grammar
 
     def _compile(self, key_type: str, key_string: str) -> xgr.CompiledGrammar:
         if key_type == "json":

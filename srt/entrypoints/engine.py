@@ -20,6 +20,9 @@ logger = logging.getLogger(__name__)
 
 class Engine:
     def __init__(self, model_path: Optional[str] = None, log_level: str = "error", **kwargs: Any):
+        from sglang.srt.entrypoints.main_guard import check_main_guard
+
+        check_main_guard()
         self.server_args = resolve_model_paths(
             ServerArgs.from_kwargs(model_path=model_path, log_level=log_level, **kwargs)
         )
@@ -54,53 +57,22 @@ class Engine:
         return self.tokenizer_manager.tokenizer
 
     # ------------------------------------------------------------------ generation
-    def _req(
-        self,
-        prompt,
-        sampling_params,
-        input_ids,
-        return_logprob,
-        logprob_start_len,
-        top_logprobs_num,
-        return_text_in_logprobs,
-        stream,
-        rid=None,
-    ) -> GenerateReqInput:
-        return GenerateReqInput(
-            text=prompt,
-            input_ids=input_ids,
-            sampling_params=sampling_params,
-            rid=rid,
-            return_logprob=return_logprob if return_logprob is not None else False,
-            logprob_start_len=logprob_start_len if logprob_start_len is not None else -1,
-            top_logprobs_num=top_logprobs_num if top_logprobs_num is not None else 0,
-            return_text_in_logprobs=return_text_in_logprobs,
-            stream=stream,
-        )
+    @staticmethod
+    def _req(prompt, input_ids, sampling_params, **fields: Any) -> GenerateReqInput:
+        """The same checks as /generate; other SGLang field names pass through (a misspelt one is a TypeError)."""
+        return GenerateReqInput.from_kwargs(text=prompt, input_ids=input_ids, sampling_params=sampling_params, **fields)
 
     def generate(
         self,
         prompt: Optional[Union[str, List[str]]] = None,
         sampling_params: Optional[Union[Dict, List[Dict]]] = None,
         input_ids: Optional[Union[List[int], List[List[int]]]] = None,
-        return_logprob: Optional[Union[bool, List[bool]]] = False,
-        logprob_start_len: Optional[Union[int, List[int]]] = None,
-        top_logprobs_num: Optional[Union[int, List[int]]] = None,
-        return_text_in_logprobs: bool = False,
         stream: bool = False,
-        rid: Optional[Union[str, List[str]]] = None,
+        **fields: Any,
     ) -> Union[Dict, List[Dict], Iterator[Dict]]:
-        obj = self._req(
-            prompt,
-            sampling_params,
-            input_ids,
-            return_logprob,
-            logprob_start_len,
-            top_logprobs_num,
-            return_text_in_logprobs,
-            stream,
-            rid,
-        )
+        """Generate for one prompt or a batch; `fields` are /generate's other fields (return_logprob,
+        logprob_start_len, top_logprobs_num, return_text_in_logprobs, rid, priority, ...)."""
+        obj = self._req(prompt, input_ids, sampling_params, stream=stream, **fields)
         if stream:
             return self._sync_stream(obj)
         return self._call(self._final(obj))
@@ -124,27 +96,13 @@ class Engine:
 
     async def async_generate(
         self,
-        prompt=None,
-        sampling_params=None,
-        input_ids=None,
-        return_logprob=False,
-        logprob_start_len=None,
-        top_logprobs_num=None,
-        return_text_in_logprobs=False,
+        prompt: Optional[Union[str, List[str]]] = None,
+        sampling_params: Optional[Union[Dict, List[Dict]]] = None,
+        input_ids: Optional[Union[List[int], List[List[int]]]] = None,
         stream: bool = False,
-        rid=None,
+        **fields: Any,
     ) -> Union[Dict, List[Dict], AsyncIterator[Dict]]:
-        obj = self._req(
-            prompt,
-            sampling_params,
-            input_ids,
-            return_logprob,
-            logprob_start_len,
-            top_logprobs_num,
-            return_text_in_logprobs,
-            stream,
-            rid,
-        )
+        obj = self._req(prompt, input_ids, sampling_params, stream=stream, **fields)
         if stream:
             return self._async_stream(obj)
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._final(obj), self.loop))

@@ -1,8 +1,8 @@
-"""The HTTP server: FastAPI routes over the TokenizerManager, run by uvicorn (uvloop).
+"""The HTTP app: FastAPI routes over the TokenizerManager (launching it is http_launch.py's job).
 
-Errors: a bad request is a 400 with {"error": {"message"}} (also for streams: the first chunk is
-produced before the 200 is sent); overload and internal failures use their status code with
-{"object": "error", "message", "type", "code"}.
+Errors: every route answers in the one shape of errors.py; a stream produces its first chunk before
+the 200 is sent, so a bad request is a real 400 (or 503) there too. Bodies pass through the limits
+of body_limits.py and, with --api-key, the check of api_key.py first.
 """
 
 from __future__ import annotations
@@ -10,27 +10,38 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
-import signal
-import threading
 import time
 from typing import Any, AsyncIterator, Optional
 
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 from starlette.background import BackgroundTask
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from sglang.srt.entrypoints.launcher import Runtime, launch_subprocesses, resolve_model_paths
+from sglang.srt.entrypoints.api_key import ApiKeyMiddleware
+from sglang.srt.entrypoints.body_limits import BodyLimitMiddleware, parse_json_body
+from sglang.srt.entrypoints.errors import ApiError, bad_request, error_response, stream_error_event, to_api_error
+from sglang.srt.entrypoints.launcher import Runtime
+from sglang.srt.entrypoints.openapi_docs import (
+    AbortBody,
+    DetokenizeBody,
+    GenerateBody,
+    TokenizeBody,
+    install_openapi,
+    route_doc,
+)
+from sglang.srt.entrypoints.streaming import ServerStream
 from sglang.srt.managers.generate_input import GenerateReqInput
-from sglang.srt.managers.tokenizer_manager import GenerateError, TokenizerManager
+from sglang.srt.managers.request_state import GenerateError
+from sglang.srt.managers.tokenizer_manager import TokenizerManager
 from sglang.srt.server_args import ServerArgs
 
 logger = logging.getLogger("sglang.server")
 
-WARMUP_PROMPT = "The capital city of France is"
 HEALTH_TIMEOUT_S = 20.0
+ABORT_AFTER_STREAM_S = 2.0
 
 
 class ServerState:
@@ -40,28 +51,20 @@ class ServerState:
         self.tm: Optional[TokenizerManager] = None
         self.ready = False
         self.shutting_down = False
+        self.failure: Optional[str] = None  # why the server is going down, if a process died
+        self.loop: Optional[asyncio.AbstractEventLoop] = None
 
 
 def json_response(obj: Any, status_code: int = 200) -> Response:
-    return Response(content=orjson.dumps(obj), media_type="application/json", status_code=status_code)
-
-
-def bad_request(msg: str) -> Response:
-    return json_response({"error": {"message": msg}}, 400)
-
-
-def error_response(status: int, msg: str) -> Response:
-    return json_response({"object": "error", "message": msg, "type": str(status), "code": status}, status)
+    return Response(
+        content=orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY),
+        media_type="application/json",
+        status_code=status_code,
+    )
 
 
 async def read_json(request: Request) -> Any:
-    raw = await request.body()
-    if not raw:
-        raise ValueError("The request body is empty; expected a JSON object.")
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as e:
-        raise ValueError(f"Invalid JSON in the request body: {e}") from None
+    return parse_json_body(await request.body())
 
 
 def sse(obj: Any) -> bytes:
@@ -78,32 +81,40 @@ async def start_stream(gen: AsyncIterator[Any]):
 
 
 def create_app(state: ServerState) -> FastAPI:
-    app = FastAPI(title="sglang", docs_url=None, redoc_url=None)
+    sa = state.server_args
+    app = FastAPI(title="sglang", version=__import__("sglang").__version__, docs_url=None, redoc_url=None)
     app.state.s = state
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):
         return bad_request(str(exc))
 
-    @app.middleware("http")
-    async def _auth(request: Request, call_next):
-        key = state.server_args.api_key
-        if key and request.url.path not in ("/health", "/metrics"):
-            if request.headers.get("authorization", "") != f"Bearer {key}":
-                return json_response({"error": {"message": "Unauthorized: a valid API key is required."}}, 401)
-        return await call_next(request)
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException):
+        # Unknown routes (404) and wrong methods (405) in the same shape as every other error.
+        return error_response(ApiError(exc.status_code, str(exc.detail)), headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception):
+        logger.exception("Unhandled error on %s", request.url.path, exc_info=exc)
+        return error_response(ApiError(500, f"Internal server error: {type(exc).__name__}: {exc}"))
 
     _add_native_routes(app, state)
-    try:
-        from sglang.srt.entrypoints.openai.routes import add_openai_routes
-    except ImportError:
-        add_openai_routes = None
-    if add_openai_routes is not None:
-        add_openai_routes(app, state)
-    if state.server_args.enable_metrics:
+    from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest
+    from sglang.srt.entrypoints.openai.routes import add_openai_routes
+
+    add_openai_routes(app, state)
+    if sa.enable_metrics:
         from sglang.srt.entrypoints.metrics_route import add_metrics_route
 
         add_metrics_route(app, state)
+    install_openapi(
+        app, [GenerateBody, AbortBody, TokenizeBody, DetokenizeBody, CompletionRequest, ChatCompletionRequest]
+    )
+    # The last middleware added runs first: the key is checked before any body is read.
+    app.add_middleware(BodyLimitMiddleware, max_bytes=sa.max_request_bytes, read_timeout=sa.request_read_timeout)
+    if sa.api_key:
+        app.add_middleware(ApiKeyMiddleware, api_key=sa.api_key, metrics_open=sa.metrics_without_api_key)
     return app
 
 
@@ -111,18 +122,22 @@ def _add_native_routes(app: FastAPI, state: ServerState) -> None:
     def tm() -> TokenizerManager:
         return state.tm
 
+    def unavailable() -> bool:
+        return not state.ready or state.shutting_down or tm().dead_message is not None
+
     @app.get("/health")
     async def health():
-        if not state.ready or state.shutting_down or tm().dead_message:
-            return Response(status_code=503)
-        return Response(status_code=200)
+        return Response(status_code=503 if unavailable() else 200)
 
     @app.get("/health_generate")
     async def health_generate():
-        if not state.ready or state.shutting_down or tm().dead_message:
+        if unavailable():
             return Response(status_code=503)
         obj = GenerateReqInput(
-            input_ids=[0], sampling_params={"max_new_tokens": 1, "temperature": 0}, rid=f"HEALTH_CHECK_{time.time_ns()}"
+            input_ids=[0],
+            sampling_params={"max_new_tokens": 1, "temperature": 0},
+            rid=f"HEALTH_CHECK_{time.time_ns()}",
+            log_metrics=False,
         )
 
         async def run():
@@ -150,12 +165,13 @@ def _add_native_routes(app: FastAPI, state: ServerState) -> None:
     async def server_info():
         st = await tm().get_internal_state()
         info = dataclasses.asdict(state.server_args)
+        info["api_key"] = "<redacted>" if info["api_key"] else None  # a secret is never echoed
         info.update(st)
         info["internal_states"] = [st]
         info["version"] = __import__("sglang").__version__
         info["process_pids"] = {p.name: p.pid for p in state.runtime.procs}
         info["ipc_dir"] = state.runtime.port_args.ipc_dir
-        return info
+        return json_response(info)
 
     app.get("/get_server_info")(server_info)
     app.get("/server_info")(server_info)
@@ -166,7 +182,7 @@ def _add_native_routes(app: FastAPI, state: ServerState) -> None:
 
     app.api_route("/flush_cache", methods=["GET", "POST"])(flush_cache)
 
-    @app.post("/abort_request")
+    @app.post("/abort_request", openapi_extra=route_doc(AbortBody))
     async def abort_request(request: Request):
         try:
             body = await read_json(request)
@@ -189,15 +205,20 @@ def _add_native_routes(app: FastAPI, state: ServerState) -> None:
         try:
             body = await read_json(request)
             prompt = body.get("prompt", body.get("text")) if isinstance(body, dict) else None
-            if isinstance(prompt, str):
-                ids = tm().tokenizer.encode(prompt, add_special_tokens=bool(body.get("add_special_tokens", True)))
-                return {"tokens": ids, "count": len(ids), "max_model_len": tm().context_len}
-            if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
-                ids = [tm().tokenizer.encode(p) for p in prompt]
-                return {"tokens": ids, "count": [len(x) for x in ids], "max_model_len": tm().context_len}
-            raise ValueError("`prompt` must be a string or a list of strings.")
+            special = body.get("add_special_tokens", True) if isinstance(body, dict) else True
+            if not isinstance(special, bool):
+                raise ValueError("`add_special_tokens` must be a boolean.")
+            single = isinstance(prompt, str)
+            prompts = [prompt] if single else prompt
+            if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
+                raise ValueError("`prompt` must be a string or a list of strings.")
+            if tm().tokenizer is None:
+                raise ValueError("This server was started with --skip-tokenizer-init: it has no tokenizer.")
+            ids = await tm().preparer.run(tm().preparer.encode_many, prompts, special)
         except ValueError as e:
             return bad_request(str(e))
+        count = len(ids[0]) if single else [len(x) for x in ids]
+        return {"tokens": ids[0] if single else ids, "count": count, "max_model_len": tm().context_len}
 
     async def detokenize(request: Request):
         try:
@@ -207,26 +228,29 @@ def _add_native_routes(app: FastAPI, state: ServerState) -> None:
                 raise ValueError("`tokens` must be a list of integers.")
             if any(t < 0 or t >= tm().vocab_size for t in tokens):
                 raise ValueError(f"token ids must be in [0, {tm().vocab_size}).")
-            return {"text": tm().tokenizer.decode(tokens)}
+            if tm().tokenizer is None:
+                raise ValueError("This server was started with --skip-tokenizer-init: it has no tokenizer.")
+            return {"text": await tm().preparer.run(tm().preparer.decode, tokens)}
         except ValueError as e:
             return bad_request(str(e))
 
     for path in ("/tokenize", "/v1/tokenize"):
-        app.post(path)(tokenize)
+        app.post(path, openapi_extra=route_doc(TokenizeBody))(tokenize)
     for path in ("/detokenize", "/v1/detokenize"):
-        app.post(path)(detokenize)
+        app.post(path, openapi_extra=route_doc(DetokenizeBody))(detokenize)
 
     async def generate(request: Request):
         try:
             obj = GenerateReqInput.from_json(await read_json(request))
         except ValueError as e:
             return bad_request(str(e))
-        return await run_generate(tm(), obj, request)
+        return await run_generate(state, obj, request)
 
-    app.api_route("/generate", methods=["POST", "PUT"])(generate)
+    app.api_route("/generate", methods=["POST", "PUT"], openapi_extra=route_doc(GenerateBody, stream=True))(generate)
 
 
-async def run_generate(tm: TokenizerManager, obj: GenerateReqInput, request: Request) -> Response:
+async def run_generate(state: ServerState, obj: GenerateReqInput, request: Request) -> Response:
+    tm = state.tm
     gen = tm.generate_request(obj, request)
     try:
         if not obj.stream:
@@ -235,10 +259,8 @@ async def run_generate(tm: TokenizerManager, obj: GenerateReqInput, request: Req
                 result = out
             return json_response(result)
         first = await start_stream(gen)
-    except ValueError as e:
-        return bad_request(str(e))
-    except GenerateError as e:
-        return error_response(e.status_code, e.message)
+    except (ValueError, GenerateError) as e:
+        return error_response(to_api_error(e))
 
     async def body() -> AsyncIterator[bytes]:
         try:
@@ -247,8 +269,7 @@ async def run_generate(tm: TokenizerManager, obj: GenerateReqInput, request: Req
             async for out in gen:
                 yield sse(out)
         except (ValueError, GenerateError) as e:
-            code = getattr(e, "status_code", 400)
-            yield sse({"error": {"message": str(e), "code": code}})
+            yield stream_error_event(to_api_error(e))
         finally:
             await gen.aclose()
         yield b"data: [DONE]\n\n"
@@ -257,85 +278,8 @@ async def run_generate(tm: TokenizerManager, obj: GenerateReqInput, request: Req
 
     async def abort_after_end():
         # The response is over (normally, or because the client left): a request still running is freed.
-        await asyncio.sleep(2)
+        await asyncio.sleep(ABORT_AFTER_STREAM_S)
         for rid in rids:
             await tm.abort_request(rid)
 
-    return StreamingResponse(body(), media_type="text/event-stream", background=BackgroundTask(abort_after_end))
-
-
-# ---------------------------------------------------------------------------- launching
-def launch_server(server_args: ServerArgs) -> None:
-    import uvicorn
-
-    from sglang.srt.utils.process import configure_logger
-
-    configure_logger(server_args)
-    server_args = resolve_model_paths(server_args)
-    runtime = launch_subprocesses(server_args)
-    if server_args.node_rank > 0:
-        # Other nodes only run their scheduler ranks; node 0 serves HTTP and broadcasts requests.
-        logger.info("Node %d: scheduler ranks running; waiting.", server_args.node_rank)
-        try:
-            for p in runtime.procs:
-                p.join()
-        finally:
-            runtime.shutdown()
-        return
-    state = ServerState(server_args, runtime)
-    app = create_app(state)
-
-    @app.on_event("startup")
-    async def _startup():
-        from sglang.srt.entrypoints.grammar_validation import attach_grammar_validator
-
-        state.tm = TokenizerManager(server_args, runtime.port_args, runtime.ready)
-        attach_grammar_validator(state.tm)
-        state.tm.start()
-        loop = asyncio.get_running_loop()
-        runtime.start_watchdog(lambda msg: loop.call_soon_threadsafe(_on_child_death, state, msg))
-        asyncio.create_task(_warmup(state))
-
-    @app.on_event("shutdown")
-    async def _shutdown():
-        state.shutting_down = True
-        runtime.shutdown()
-
-    try:
-        uvicorn.run(
-            app, host=server_args.host, port=server_args.port, log_level="warning", loop="uvloop", timeout_keep_alive=5
-        )
-    finally:
-        runtime.shutdown()
-
-
-async def _warmup(state: ServerState) -> None:
-    if not state.server_args.skip_server_warmup:
-        obj = GenerateReqInput(text=WARMUP_PROMPT, sampling_params={"max_new_tokens": 8, "temperature": 0})
-        if state.server_args.skip_tokenizer_init:
-            obj = GenerateReqInput(input_ids=[10, 11, 12], sampling_params={"max_new_tokens": 8, "temperature": 0})
-        try:
-            async for _ in state.tm.generate_request(obj):
-                pass
-        except Exception as e:  # noqa: BLE001
-            logger.error("Warm-up request failed: %s", e)
-            _on_child_death(state, f"warm-up failed: {e}")
-            return
-    state.ready = True
-    logger.info("The server is fired up and ready to roll!")
-
-
-def _on_child_death(state: ServerState, msg: str) -> None:
-    """Fail every client, then take the whole server down (a short grace lets error responses go out)."""
-    if state.tm is not None:
-        state.tm.fail_all(msg)
-    state.shutting_down = True
-
-    def stop() -> None:
-        time.sleep(1.0)
-        state.runtime.shutdown()
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(5.0)
-        os._exit(1)
-
-    threading.Thread(target=stop, daemon=True).start()
+    return ServerStream(body(), state.server_args.slow_consumer_timeout, background=BackgroundTask(abort_after_end))

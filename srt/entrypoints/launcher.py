@@ -35,9 +35,22 @@ def resolve_model_paths(server_args: ServerArgs) -> ServerArgs:
             server_args.served_model_name = "SmolLM2-135M-Instruct"
     if server_args.tokenizer_path is None:
         server_args = dataclasses.replace(server_args, tokenizer_path=server_args.model_path)
-    if not os.path.exists(server_args.model_path):
-        raise ValueError(f"--model-path {server_args.model_path!r} does not exist")
+    check_model_path(server_args.model_path)
     return server_args
+
+
+def check_model_path(path: str) -> None:
+    """A model path that cannot work is one clear message here, not a traceback from a child process."""
+    what = "an HF model folder (config.json and *.safetensors) or a .gguf file"
+    if not os.path.exists(path):
+        raise ValueError(f"--model-path {path!r} does not exist; give {what}.")
+    if os.path.isdir(path):
+        if not os.path.exists(os.path.join(path, "config.json")) and not any(
+            f.endswith(".gguf") for f in os.listdir(path)
+        ):
+            raise ValueError(f"--model-path {path!r} is a folder without config.json or a .gguf file; give {what}.")
+    elif not path.endswith(".gguf"):
+        raise ValueError(f"--model-path {path!r} is a file but not a .gguf file; give {what}.")
 
 
 @dataclass

@@ -47,7 +47,7 @@ def run_data_parallel_controller(server_args: ServerArgs, port_args: PortArgs, r
     from sglang.srt.utils.process import configure_logger, kill_self_when_parent_dies
 
     configure_logger(server_args, prefix=" DP")
-    kill_self_when_parent_dies()
+    kill_self_when_parent_dies(cleanup_dir=port_args.ipc_dir)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     ser = server_args.ipc_serializer

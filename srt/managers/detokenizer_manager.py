@@ -157,7 +157,7 @@ def run_detokenizer_process(server_args: ServerArgs, port_args: PortArgs) -> Non
     from sglang.srt.utils.process import configure_logger, kill_self_when_parent_dies
 
     configure_logger(server_args, prefix=" Detokenizer")
-    kill_self_when_parent_dies()
+    kill_self_when_parent_dies(cleanup_dir=port_args.ipc_dir)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher shuts us down
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     tokenizer = get_tokenizer(server_args.tokenizer_path or server_args.model_path, server_args.trust_remote_code)

@@ -1,14 +1,18 @@
 """GenerateReqInput: the native /generate body (and Engine.generate arguments), checked field by field.
 
 Every malformed value raises ValueError with a message naming the field; the HTTP layer turns
-that into a 400, so nothing malformed ever reaches the scheduler.
+that into a 400, so nothing malformed ever reaches the scheduler. Which of SGLang's other fields
+are accepted, ignored or refused is decided in generate_fields.py.
 """
 
 from __future__ import annotations
 
+import math
 import uuid
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Union
+
+from sglang.srt.managers.generate_fields import FEATURE_OF, HINT_FIELDS, check_unbuilt
 
 
 @dataclass
@@ -23,8 +27,15 @@ class GenerateReqInput:
     return_text_in_logprobs: bool = False
     stream: bool = False
     priority: Optional[int] = None
-    extra_key: Optional[str] = None
+    extra_key: Optional[Union[str, List[str]]] = None
     log_metrics: bool = True
+    # Keep running when the client disconnects (the result is dropped; an abort still stops it).
+    background: bool = False
+    # Leave this request out of --log-requests.
+    no_logs: bool = False
+    # When the request reached the first hop (a router's clock, seconds since the epoch): latency
+    # clocks start there instead of at this server's arrival.
+    received_time: Optional[float] = None
     # Filled in by normalize().
     is_single: bool = True
     batch_size: int = 1
@@ -42,16 +53,27 @@ class GenerateReqInput:
         "priority",
         "extra_key",
         "log_metrics",
+        "background",
+        "no_logs",
+        "received_time",
     )
 
     @classmethod
     def from_json(cls, body: Any) -> "GenerateReqInput":
+        """A /generate body: SGLang's fields as generate_fields.py rules; other top-level names ignored."""
         if not isinstance(body, dict):
             raise ValueError("The request body must be a JSON object.")
-        unknown = sorted(k for k in body if k not in cls._FIELDS)
-        if unknown:
-            raise ValueError(f"Unknown field(s) in the request: {', '.join(unknown)}")
+        check_unbuilt(body)
         return cls(**{k: body[k] for k in cls._FIELDS if k in body})
+
+    @classmethod
+    def from_kwargs(cls, **kwargs: Any) -> "GenerateReqInput":
+        """Engine.generate's extra keywords: SGLang's field names, but a misspelt name is a TypeError."""
+        unknown = sorted(k for k in kwargs if k not in cls._FIELDS and k not in FEATURE_OF and k not in HINT_FIELDS)
+        if unknown:
+            raise TypeError(f"Unknown generate argument(s): {', '.join(unknown)}")
+        check_unbuilt(kwargs)
+        return cls(**{k: v for k, v in kwargs.items() if k in cls._FIELDS})
 
     def normalize(self) -> None:
         """Check types, decide single vs batch, fill defaults."""
@@ -74,13 +96,27 @@ class GenerateReqInput:
                 raise ValueError("The input is empty.")
             else:
                 raise ValueError("`input_ids` must be a list of integers or a list of such lists.")
-        for name in ("stream", "return_text_in_logprobs", "log_metrics"):
-            if not isinstance(getattr(self, name), bool):
+        for name, default in (
+            ("stream", False),
+            ("return_text_in_logprobs", False),
+            ("log_metrics", True),
+            ("background", False),
+            ("no_logs", False),
+        ):
+            value = getattr(self, name)
+            if value is None:  # JSON null means the default, as in SGLang
+                setattr(self, name, default)
+            elif not isinstance(value, bool):
                 raise ValueError(f"`{name}` must be a boolean.")
         if self.priority is not None and not _is_int(self.priority):
             raise ValueError("`priority` must be an integer.")
-        if self.extra_key is not None and not isinstance(self.extra_key, str):
-            raise ValueError("`extra_key` must be a string.")
+        if self.received_time is not None and (
+            isinstance(self.received_time, bool)
+            or not isinstance(self.received_time, (int, float))
+            or not math.isfinite(self.received_time)
+        ):
+            raise ValueError("`received_time` must be a finite number (seconds since the epoch).")
+        self.extra_key = self._per_item("extra_key", self.extra_key, str, None)
         self.sampling_params = self._per_item("sampling_params", self.sampling_params, dict, {})
         self.return_logprob = self._per_item("return_logprob", self.return_logprob, bool, False)
         self.logprob_start_len = self._per_item("logprob_start_len", self.logprob_start_len, int, -1)
@@ -105,9 +141,8 @@ class GenerateReqInput:
             items = value
         else:
             items = [value] * n
-        for v in items:
-            ok = isinstance(v, typ) and not (typ is int and isinstance(v, bool))
-            if not ok and not (typ is dict and v is None):
+        for v in items:  # a null entry means the default for that prompt
+            if v is not None and (not isinstance(v, typ) or (typ is int and isinstance(v, bool))):
                 raise ValueError(f"`{name}` must be a {typ.__name__}, got {type(v).__name__}.")
         return [v if v is not None else default for v in items]
 
@@ -116,6 +151,8 @@ class GenerateReqInput:
         if rid is None:
             return [uuid.uuid4().hex for _ in range(self.batch_size)]
         if isinstance(rid, str):
+            if not rid:
+                raise ValueError("`rid` must be a non-empty string.")
             if self.batch_size != 1:
                 raise ValueError("`rid` must be a list with one id per prompt.")
             return [rid]
@@ -136,6 +173,7 @@ class GenerateReqInput:
             "return_logprob": self.return_logprob[i],
             "logprob_start_len": self.logprob_start_len[i],
             "top_logprobs_num": self.top_logprobs_num[i],
+            "extra_key": self.extra_key[i],
         }
 
 

@@ -204,17 +204,25 @@ class Req:
         return tokenizer.decode(self.output_ids[-n:])
 
     def check_finished(self, tokenizer=None, invalid: bool = False) -> None:
-        """Finish order: abort, length, grammar, stop token, NaN, stop string / regex."""
+        """Finish order: abort, NaN, stop string / regex, grammar end, stop token / EOS, length.
+
+        The length cap comes last so that a stop on the last allowed token still reports "stop"
+        (and the stop string is trimmed from the text), as SGLang and OpenAI do."""
         if self.finished():
             return
         if self.to_finish is not None:
             self.finished_reason, self.to_finish = self.to_finish, None
             return
         sp = self.sampling_params
-        if sp.max_new_tokens is not None and len(self.output_ids) >= sp.max_new_tokens:
-            self.finished_reason = FinishLength(sp.max_new_tokens)
-            return
         last = self.output_ids[-1] if self.output_ids else None
+        if invalid or (last is not None and self.vocab_size and not 0 <= last < self.vocab_size):
+            self.finished_reason = FinishMatchedStr("NaN happened")
+            return
+        if last is not None and tokenizer is not None and (sp.stop_strs or sp.stop_regex_list):
+            matched = self._matched_stop_str(tokenizer)
+            if matched is not None:
+                self.finished_reason = FinishMatchedStr(matched)
+                return
         if self.grammar is not None and self.grammar.is_terminated():
             self.finished_reason = FinishMatchedToken(last)
             return
@@ -223,20 +231,19 @@ class Req:
         ):
             self.finished_reason = FinishMatchedToken(last)
             return
-        if invalid or (last is not None and self.vocab_size and not 0 <= last < self.vocab_size):
-            self.finished_reason = FinishMatchedStr("NaN happened")
-            return
-        if tokenizer is not None and (sp.stop_strs or sp.stop_regex_list):
-            tail = self.tail_str(tokenizer)
-            for s in sp.stop_strs:
-                if s in tail:
-                    self.finished_reason = FinishMatchedStr(s)
-                    return
-            for pattern in sp.stop_regex_list:
-                m = re.search(pattern, tail)
-                if m:
-                    self.finished_reason = FinishMatchedStr(m.group(0))
-                    return
+        if sp.max_new_tokens is not None and len(self.output_ids) >= sp.max_new_tokens:
+            self.finished_reason = FinishLength(sp.max_new_tokens)
+
+    def _matched_stop_str(self, tokenizer) -> Optional[str]:
+        tail = self.tail_str(tokenizer)
+        for s in self.sampling_params.stop_strs:
+            if s in tail:
+                return s
+        for pattern in self.sampling_params.stop_regex_list:
+            m = re.search(pattern, tail)
+            if m:
+                return m.group(0)
+        return None
 
     def check_match_stop_str_prefix(self, tokenizer) -> bool:
         """True while the output tail could still be the start of a stop string (hold streaming)."""

@@ -27,6 +27,7 @@ import zmq
 from sglang.srt.configs.model_config import ModelConfig
 from sglang.srt.distributed.init import init_distributed
 from sglang.srt.distributed.parallel_state import tp_min_int
+from sglang.srt.managers.input_limits import InputLimits
 from sglang.srt.managers.invariant_checker import InvariantChecker
 from sglang.srt.managers.io_struct import DPLoad, SchedulerReady
 from sglang.srt.managers.loop_profiler import LoopProfiler
@@ -157,8 +158,9 @@ class Scheduler(SchedulerInputMixin, SchedulerOutputMixin, SchedulerStatsMixin):
         self.max_running_requests = mr.max_running_requests
         self.page_size = sa.page_size
         self.context_len = self.model_config.context_len
+        self.input_limits = InputLimits.compute(self.context_len, self.max_total_num_tokens)
         self.max_req_len = min(self.context_len - 1, self.max_total_num_tokens - 1)
-        self.max_req_input_len = self.max_req_len - 5
+        self.max_req_input_len = self.input_limits.max_req_input_len
         if sa.chunked_prefill_size is None:
             mem_gb = (
                 torch.cuda.get_device_properties(mr.gpu_id).total_memory / (1 << 30) if self.device == "cuda" else None
@@ -559,19 +561,26 @@ def run_scheduler_process(server_args: ServerArgs, port_args: PortArgs, gpu_id: 
     from sglang.srt.utils.process import configure_logger, kill_self_when_parent_dies
 
     configure_logger(server_args, prefix=f" TP{tp_rank}" if server_args.tp_size > 1 else "")
-    kill_self_when_parent_dies()
+    kill_self_when_parent_dies(cleanup_dir=port_args.ipc_dir)
     faulthandler.enable()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher shuts us down
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the launcher shuts us down
+    started = False
     try:
         sched = Scheduler(server_args, port_args, gpu_id, tp_rank)
         pipe_writer.send(("ready", sched.ready_info()))
+        started = True
         sched.log_startup()
         sched.event_loop()
     except Exception as e:
-        logger.exception("Scheduler hit an exception")
+        if isinstance(e, (ValueError, FileNotFoundError)) and not started:
+            # A startup problem with a clear message (a bad config, a missing file): the launcher
+            # prints it; the traceback only at --log-level debug.
+            logger.debug("Scheduler failed to start", exc_info=e)
+        else:
+            logger.exception("Scheduler hit an exception")
         try:
-            pipe_writer.send(("error", f"{type(e).__name__}: {e}"))
+            pipe_writer.send(("error", f"{type(e).__name__}: {e}" if started else str(e)))
         except Exception:  # noqa: BLE001
             pass
         sys.stdout.flush()

@@ -109,9 +109,7 @@ class SchedulerInputMixin:
         if n == 0:
             return "The input is empty."
         if n > self.max_req_input_len:
-            return (
-                f"The input ({n} tokens) is longer than the model's context length ({self.max_req_input_len} tokens)."
-            )
+            return self.input_limits.too_long_message(n)
         if req.return_logprob and req.logprob_start_len > n:
             return f"logprob_start_len ({req.logprob_start_len}) is greater than the input length ({n})."
         vocab = self.model_config.vocab_size

@@ -126,7 +126,14 @@ class SchedulerOutputMixin:
         if not req.grammar.accept_token(tok):
             from sglang.srt.managers.req import FinishAbort
 
-            req.to_finish = FinishAbort(f"Grammar rejected token {tok}.", 500, "InternalServerError")
+            # Only decoding can tell that a grammar leads nowhere (no token may follow this output):
+            # the request ends with an abort that names the cause, as a bad request, not a server fault.
+            req.to_finish = FinishAbort(
+                f"The grammar allows no continuation after {len(req.output_ids) - 1} output tokens "
+                f"(token {tok} was rejected).",
+                400,
+                "BadRequestError",
+            )
 
     # ------------------------------------------------------------------ streaming
     def stream_output(self, reqs: List[Req]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Optional
 
 logger = logging.getLogger("sglang.scheduler")
 
@@ -13,8 +14,10 @@ class SchedulerStatsMixin:
         self.last_gen_throughput = 0.0
         self.num_retracted_total = 0
         self.num_decode_steps = 0
+        # Throughput counts busy time only: the gap across an idle spell is not decode time.
         self._decode_tokens_since_log = 0
-        self._decode_log_time = time.perf_counter()
+        self._decode_busy_s = 0.0
+        self._last_decode_end: Optional[float] = None
         self.total_prefill_input_tokens = 0
         self.total_prefill_cached_tokens = 0
         self.metrics = None
@@ -85,13 +88,16 @@ class SchedulerStatsMixin:
         if not launched.forward_mode.is_decode():
             return
         self.num_decode_steps += 1
-        self._decode_tokens_since_log += len(launched.reqs)
+        now = time.perf_counter()
+        if self._last_decode_end is not None:  # the first step after idle has no known start: not counted
+            self._decode_busy_s += now - self._last_decode_end
+            self._decode_tokens_since_log += len(launched.reqs)
+        self._last_decode_end = now
         if self.num_decode_steps % self.server_args.decode_log_interval:
             return
-        now = time.perf_counter()
-        self.last_gen_throughput = self._decode_tokens_since_log / max(now - self._decode_log_time, 1e-9)
-        self._decode_tokens_since_log = 0
-        self._decode_log_time = now
+        if self._decode_busy_s > 0:
+            self.last_gen_throughput = self._decode_tokens_since_log / self._decode_busy_s
+        self._decode_tokens_since_log, self._decode_busy_s = 0, 0.0
         if self.metrics is not None:
             self.metrics.on_decode_log(self)
         if self.tp_rank != 0:
@@ -100,7 +106,7 @@ class SchedulerStatsMixin:
         logger.info(
             "Decode batch, #running-req: %d, #token: %d, token usage: %.2f, cuda graph: %s, "
             "gen throughput (token/s): %.2f, #queue-req: %d",
-            self.running_batch.batch_size(),
+            len(launched.reqs),  # the batch this step decoded (some may have finished in it)
             num_tokens,
             self.token_usage(),
             self.model_runner.graph_runner is not None,
@@ -109,5 +115,6 @@ class SchedulerStatsMixin:
         )
 
     def maybe_log_idle(self) -> None:
+        self._last_decode_end = None
         if self.metrics is not None:
             self.metrics.on_idle(self)

@@ -1,25 +1,29 @@
 """TokenizerManager: the HTTP-side half of every request.
 
-It tokenizes and validates, registers a ReqState (a list of outputs plus an asyncio.Event), sends the
-request to the scheduler, and turns the detokenizer's text deltas back into per-request results.
-Outputs are appended on put and coalesced on get: a slow reader only grows its own list, and
-wake-ups are issued in groups of batch_notify_size with a yield between groups.
+It checks and tokenizes a request (in a thread pool, request_preparer.py), registers a ReqState
+(request_state.py), sends it to the scheduler, and turns the detokenizer's text deltas back into
+results. Outputs are coalesced on arrival, so a slow reader holds one unread chunk at most; wake-ups
+are issued in groups of batch_notify_size with a yield between groups. A stream whose reader stops
+reading is aborted after --slow-consumer-timeout, and on shutdown running requests get
+--graceful-shutdown-timeout to finish before the rest are aborted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
+import functools
 import logging
 import time
 import uuid
-from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Dict, List, Optional
 
 import zmq
 import zmq.asyncio
 
 from sglang.srt.managers.generate_input import GenerateReqInput
+from sglang.srt.managers.input_limits import InputLimits
 from sglang.srt.managers.io_struct import (
     AbortReq,
     BatchStrOutput,
@@ -34,43 +38,20 @@ from sglang.srt.managers.io_struct import (
     TokenizedGenerateReqInput,
     map_common,
 )
-from sglang.srt.sampling.sampling_params import SamplingParams
+from sglang.srt.managers.request_preparer import PreparedReq, RequestPreparer
+from sglang.srt.managers.request_state import GenerateError, ReqState
 from sglang.srt.server_args import PortArgs, ServerArgs
 from sglang.srt.utils.hf_tokenizer import get_tokenizer
 from sglang.srt.utils.ipc import dumps, loads, make_socket
+
+__all__ = ["GenerateError", "TokenizerManager"]
 
 logger = logging.getLogger(__name__)
 
 BACKLOG_WARNING = 20
 WAIT_TIMEOUT_S = 4.0
-
-
-class GenerateError(Exception):
-    """A request that failed with an HTTP status other than 400 (503 overload, 500 internal)."""
-
-    def __init__(self, status_code: int, message: str):
-        super().__init__(message)
-        self.status_code = status_code
-        self.message = message
-
-
-@dataclass
-class ReqState:
-    obj: Dict[str, Any]
-    stream: bool
-    out_list: List[Dict[str, Any]] = field(default_factory=list)
-    finished: bool = False
-    event: asyncio.Event = field(default_factory=asyncio.Event)
-    created_time: float = field(default_factory=time.time)
-    text: str = ""
-    output_ids: List[int] = field(default_factory=list)
-    input_token_logprobs: List[Any] = field(default_factory=list)
-    input_top_logprobs: List[Any] = field(default_factory=list)
-    output_token_logprobs: List[Any] = field(default_factory=list)
-    output_top_logprobs: List[Any] = field(default_factory=list)
-    first_token_time: Optional[float] = None
-    last_chunk_time: Optional[float] = None
-    error: Optional[GenerateError] = None
+SWEEP_INTERVAL_S = 1.0
+LOGGED_TEXT_CHARS = 256
 
 
 class TokenizerManager:
@@ -91,22 +72,32 @@ class TokenizerManager:
                 server_args.chat_template,
             )
         )
+        limits = InputLimits.compute(ready.context_len, ready.max_total_num_tokens)
+        self.preparer = RequestPreparer(
+            self.tokenizer,
+            limits,
+            self.vocab_size,
+            min(server_args.max_top_logprobs_num, self.vocab_size),
+            server_args.tokenizer_worker_num,
+        )
         self.rid_to_state: Dict[str, ReqState] = {}
         self.ctx = zmq.asyncio.Context(2)
         self.recv_from_detokenizer = make_socket(self.ctx, zmq.PULL, port_args.tokenizer_ipc_name, True)
         self.send_to_scheduler = make_socket(self.ctx, zmq.PUSH, port_args.scheduler_input_ipc_name, False)
         self._control_waiters: Dict[type, List[asyncio.Future]] = {}
-        self._loop_task: Optional[asyncio.Task] = None
+        self._tasks: List[asyncio.Task] = []
         self.dead_message: Optional[str] = None
+        self.closing_message: Optional[str] = None
         self.grammar_validator = None
         self.metrics = None
         self.num_aborted = 0
 
     # ------------------------------------------------------------------ plumbing
     def start(self) -> None:
-        """Start the receive loop on the running event loop (idempotent)."""
-        if self._loop_task is None:
-            self._loop_task = asyncio.get_running_loop().create_task(self.handle_loop())
+        """Start the receive loop and the stalled-stream sweep on the running event loop (idempotent)."""
+        if not self._tasks:
+            loop = asyncio.get_running_loop()
+            self._tasks = [loop.create_task(self.handle_loop()), loop.create_task(self._sweep_loop())]
 
     async def _send(self, obj: Any) -> None:
         await self.send_to_scheduler.send(dumps(obj, self.server_args.ipc_serializer))
@@ -139,11 +130,8 @@ class TokenizerManager:
 
     def _fail(self, rid: str, err: GenerateError) -> None:
         st = self.rid_to_state.pop(rid, None)
-        if st is None:
-            return
-        st.error = err
-        st.finished = True
-        st.event.set()
+        if st is not None:
+            st.fail(err)
 
     def fail_all(self, message: str) -> None:
         """A process died: every waiting client gets an error instead of hanging."""
@@ -155,19 +143,18 @@ class TokenizerManager:
     async def _handle_batch_output(self, out: BatchStrOutput) -> None:
         pending: Dict[str, ReqState] = {}
         n = self.server_args.batch_notify_size
+        on_chunk = self.metrics.on_chunk if self.metrics is not None else None
         for i, rid in enumerate(out.rids):
             st = self.rid_to_state.get(rid)
             if st is None:
                 continue  # aborted or already answered
-            d = self._build_output(st, out, i)
-            finished = out.finished_reasons[i] is not None
+            finished = st.apply(out, i, self.server_args.enable_metrics, self._tok_text, on_chunk)
             if finished:
-                st.finished = True
                 del self.rid_to_state[rid]
                 if self.metrics is not None:
-                    self.metrics.on_finish(st, d)
+                    self.metrics.on_finish(st, {"meta_info": st.final_meta})
+                self._log_finished(st)
             if st.stream or finished:
-                st.out_list.append(d)
                 pending[rid] = st
             if len(pending) >= n:
                 for s in pending.values():
@@ -177,81 +164,52 @@ class TokenizerManager:
         for s in pending.values():
             s.event.set()
 
-    def _build_output(self, st: ReqState, out: BatchStrOutput, i: int) -> Dict[str, Any]:
-        now = time.time()
-        delta_text = out.output_strs[i]
-        delta_ids = out.output_ids[i] or []
-        st.text += delta_text
-        st.output_ids.extend(delta_ids)
-        if delta_ids and st.first_token_time is None:
-            st.first_token_time = now
-        obj = st.obj
-        meta: Dict[str, Any] = {
-            "id": obj["rid"],
-            "finish_reason": out.finished_reasons[i],
-            "prompt_tokens": out.prompt_tokens[i],
-            "completion_tokens": out.completion_tokens[i],
-            "cached_tokens": out.cached_tokens[i],
-            "num_retractions": out.retraction_counts[i],
-        }
-        if obj["return_logprob"]:
-            self._add_logprobs(st, out, i, meta)
-        if self.server_args.enable_metrics:
-            meta["queue_time"] = out.queue_times[i]
-            meta["first_token_latency"] = (st.first_token_time - st.created_time) if st.first_token_time else None
-        if out.finished_reasons[i] is not None:
-            meta["e2e_latency"] = now - st.created_time
-        incremental = st.stream and self.server_args.incremental_streaming_output
-        if self.metrics is not None:
-            self.metrics.on_chunk(st, len(delta_ids), now)
-        st.last_chunk_time = now
-        return {
-            "text": delta_text if incremental else st.text,
-            "output_ids": list(delta_ids) if incremental else list(st.output_ids),
-            "meta_info": meta,
-        }
-
-    def _add_logprobs(self, st: ReqState, out: BatchStrOutput, i: int, meta: Dict[str, Any]) -> None:
-        with_text = st.obj.get("return_text_in_logprobs", False)
-        if out.input_token_logprobs[i]:
-            st.input_token_logprobs = self._lp_entries(out.input_token_logprobs[i], with_text)
-            if out.input_top_logprobs[i] is not None:
-                st.input_top_logprobs = [self._top_entries(x, with_text) for x in out.input_top_logprobs[i]]
-        if out.output_token_logprobs[i]:
-            st.output_token_logprobs.extend(self._lp_entries(out.output_token_logprobs[i], with_text))
-        if out.output_top_logprobs[i]:
-            st.output_top_logprobs.extend(self._top_entries(x, with_text) for x in out.output_top_logprobs[i])
-        meta["input_token_logprobs"] = st.input_token_logprobs
-        meta["output_token_logprobs"] = st.output_token_logprobs
-        meta["output_token_logprobs_length"] = len(st.output_token_logprobs)
-        if st.obj["top_logprobs_num"] > 0:
-            meta["input_top_logprobs"] = st.input_top_logprobs
-            meta["output_top_logprobs"] = st.output_top_logprobs
-
-    def _lp_entries(self, pairs: List[Any], with_text: bool) -> List[List[Any]]:
-        return [[lp, tid, self._tok_text(tid) if with_text else None] for lp, tid in pairs]
-
-    def _top_entries(self, pairs: Optional[List[Any]], with_text: bool) -> Optional[List[List[Any]]]:
-        if pairs is None:
-            return None
-        return [[lp, tid, self._tok_text(tid) if with_text else None] for lp, tid in pairs]
-
+    @functools.lru_cache(maxsize=1 << 16)  # noqa: B019 - one manager per process; ids are a bounded set
     def _tok_text(self, tid: int) -> Optional[str]:
         return self.tokenizer.decode([tid]) if self.tokenizer is not None else None
 
+    def _log_finished(self, st: ReqState) -> None:
+        if not self.server_args.log_requests or st.req.no_logs:
+            return
+        meta = st.final_meta or {}
+        text = st.text if len(st.text) <= LOGGED_TEXT_CHARS else st.text[:LOGGED_TEXT_CHARS] + "..."
+        logger.info(
+            "Finish: rid=%s, prompt_tokens=%s, completion_tokens=%s, cached_tokens=%s, finish_reason=%s, text=%r",
+            st.rid,
+            meta.get("prompt_tokens"),
+            meta.get("completion_tokens"),
+            meta.get("cached_tokens"),
+            meta.get("finish_reason"),
+            text,
+        )
+
     # ------------------------------------------------------------------ requests
     async def generate_request(self, obj: GenerateReqInput, request: Any = None) -> AsyncIterator[Any]:
-        """Yields result dicts: cumulative chunks then the final one (stream), or one final result
-        (a list for batch input). Raises ValueError (-> 400) or GenerateError."""
+        """Yields result dicts: chunks then the final one (stream), or one final result (a list for
+        batch input). Raises ValueError (-> 400) or GenerateError."""
         received = time.time()  # latency clocks start here, before tokenizing and grammar compiles
         if self.dead_message:
             raise GenerateError(503, self.dead_message)
+        if self.closing_message:
+            raise GenerateError(503, self.closing_message)
         obj.normalize()
-        items = [obj.item(i) for i in range(obj.batch_size)]
-        prepared = [self._prepare(it, obj, received) for it in items]  # all validated before any is sent
+        if obj.received_time is not None:
+            received = min(received, float(obj.received_time))
+        limit = self.server_args.max_batch_requests
+        if obj.batch_size > limit:
+            raise ValueError(
+                f"This call has {obj.batch_size} prompts; at most {limit} are allowed (--max-batch-requests)."
+            )
+        prepared = await self._prepare_all(obj, received)
+        total = sum(p.sp.n for p in prepared)
+        if total > limit:
+            raise ValueError(
+                f"This call asks for {total} generations (prompts x n); at most {limit} are allowed "
+                f"(--max-batch-requests)."
+            )
         for p in prepared:
-            await self._validate_grammar(p["sp"])
-        expanded = await self._expand_n(prepared)
+            await self._validate_grammar(p)
+        expanded = await self._expand_n(prepared, request)
         if obj.is_single and len(expanded) == 1:
             async for out in self._run_one(expanded[0], request):
                 yield out
@@ -264,168 +222,140 @@ class TokenizerManager:
         for r in results:
             if isinstance(r, BaseException):
                 for p in expanded:
-                    await self.abort_request(p["rid"])
+                    await self.abort_request(p.rid)
                 raise r
         yield list(results)
 
-    def _prepare(self, item: Dict[str, Any], obj: GenerateReqInput, received: float) -> Dict[str, Any]:
-        sp_dict = item["sampling_params"] or {}
-        sp = SamplingParams.from_dict(sp_dict)
-        sp.verify(self.vocab_size)
-        if item["input_ids"] is not None:
-            ids = list(item["input_ids"])
-        else:
-            if self.tokenizer is None:
-                raise ValueError("This server was started with --skip-tokenizer-init: send input_ids.")
-            ids = self.tokenizer.encode(item["text"])
-        self._validate_length(ids, sp, "max_new_tokens" in sp_dict and sp_dict["max_new_tokens"] is not None)
-        if any(t < 0 or t >= self.vocab_size for t in ids):
-            raise ValueError(f"Input token ids must be in [0, {self.vocab_size}).")
-        if item["top_logprobs_num"] > self.vocab_size:
-            raise ValueError(
-                f"top_logprobs_num ({item['top_logprobs_num']}) is larger than the vocabulary ({self.vocab_size})."
-            )
-        if item["return_logprob"] and item["logprob_start_len"] > len(ids):
-            raise ValueError(
-                f"logprob_start_len ({item['logprob_start_len']}) is greater than the input length ({len(ids)})."
-            )
-        sp.normalize(self.tokenizer)
-        rid = item["rid"]
-        if rid in self.rid_to_state:
-            raise ValueError(f"Duplicate request ID detected: {rid}")
-        return {
-            **item,
-            "input_ids": ids,
-            "sp": sp,
-            "stream": obj.stream,
-            "priority": obj.priority,
-            "received_time": received,
-            "extra_key": obj.extra_key,
-            "return_text_in_logprobs": obj.return_text_in_logprobs,
-            "log_metrics": obj.log_metrics,
-        }
+    async def _prepare_all(self, obj: GenerateReqInput, received: float) -> List[PreparedReq]:
+        """Check and tokenize every prompt in the pool threads; all are checked before any is sent."""
+        loop = asyncio.get_running_loop()
+        futs = [
+            loop.run_in_executor(self.preparer.pool, self.preparer.prepare, obj.item(i), obj, received)
+            for i in range(obj.batch_size)
+        ]
+        results = await asyncio.gather(*futs, return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+        for p in results:
+            if p.rid in self.rid_to_state:
+                raise ValueError(f"Duplicate request ID detected: {p.rid}")
+        return list(results)
 
-    async def _validate_grammar(self, sp: SamplingParams) -> None:
+    async def _validate_grammar(self, p: PreparedReq) -> None:
         """Compile off the event loop, so a bad schema is a 400 before anything is queued."""
-        if not sp.has_grammar():
+        if not p.sp.has_grammar():
             return
         if self.grammar_validator is None:
             raise ValueError("Constrained decoding is disabled on this server.")
-        err = await asyncio.get_running_loop().run_in_executor(None, self.grammar_validator, sp)
+        err = await asyncio.get_running_loop().run_in_executor(None, self.grammar_validator, p.sp)
         if err:
             raise ValueError(err)
 
-    def _validate_length(self, ids: List[int], sp: SamplingParams, explicit_max: bool) -> None:
-        n = len(ids)
-        if n == 0:
-            raise ValueError("The input is empty.")
-        if n > self.max_req_input_len:
-            raise ValueError(
-                f"The input ({n} tokens) is longer than the model's context length ({self.max_req_input_len} tokens)."
-            )
-        if explicit_max and n + sp.max_new_tokens > self.context_len:
-            raise ValueError(
-                f"Requested token count exceeds the model's maximum context length of {self.context_len} "
-                f"tokens. You requested a total of {n + sp.max_new_tokens} tokens: {n} tokens from the input "
-                f"and {sp.max_new_tokens} tokens for the completion. Please reduce the input or max_new_tokens."
-            )
-
-    async def _expand_n(self, prepared: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    async def _expand_n(self, prepared: List[PreparedReq], request: Any) -> List[PreparedReq]:
         """n > 1: cache the prompt once (a prefill-only request), then fan out n copies."""
         out = []
         for p in prepared:
-            n = p["sp"].n
+            n = p.sp.n
             if n == 1:
                 out.append(p)
                 continue
-            warm = dict(p, rid=uuid.uuid4().hex, stream=False, return_logprob=False)
-            warm["sp"] = copy.copy(p["sp"])
-            warm["sp"].max_new_tokens = 0
-            await self._collect(warm, None)
+            warm_sp = copy.copy(p.sp)
+            warm_sp.max_new_tokens = 0
+            warm = dataclasses.replace(p, rid=uuid.uuid4().hex, stream=False, return_logprob=False, sp=warm_sp)
+            await self._collect(warm, request)
             for k in range(n):
-                c = dict(p, rid=f"{p['rid']}-{k}", index=k)
-                c["sp"] = copy.copy(p["sp"])
-                c["sp"].n = 1
-                if c["sp"].sampling_seed is not None:
-                    c["sp"].sampling_seed += k  # n samples of one seeded request must still differ
-                out.append(c)
+                sp = copy.copy(p.sp)
+                sp.n = 1
+                if sp.sampling_seed is not None:
+                    sp.sampling_seed += k  # n samples of one seeded request must still differ
+                out.append(dataclasses.replace(p, rid=f"{p.rid}-{k}", index=k, sp=sp))
         return out
 
-    def _register(self, p: Dict[str, Any]) -> ReqState:
-        if p["rid"] in self.rid_to_state:
-            raise ValueError(f"Duplicate request ID detected: {p['rid']}")
-        st = ReqState(obj=p, stream=p["stream"], created_time=p.get("received_time") or time.time())
-        self.rid_to_state[p["rid"]] = st
+    def _register(self, p: PreparedReq, watch_consumer: bool) -> ReqState:
+        if p.rid in self.rid_to_state:
+            raise ValueError(f"Duplicate request ID detected: {p.rid}")
+        incremental = p.stream and self.server_args.incremental_streaming_output
+        st = ReqState(p, incremental, watch_consumer and p.stream, created_time=p.received_time or time.time())
+        self.rid_to_state[p.rid] = st
         return st
 
-    def _tokenized(self, p: Dict[str, Any]) -> TokenizedGenerateReqInput:
+    @staticmethod
+    def _tokenized(p: PreparedReq) -> TokenizedGenerateReqInput:
         return TokenizedGenerateReqInput(
-            rid=p["rid"],
-            input_text=p.get("text"),
-            input_ids=p["input_ids"],
-            sampling_params=p["sp"],
-            return_logprob=p["return_logprob"],
-            logprob_start_len=p["logprob_start_len"],
-            top_logprobs_num=p["top_logprobs_num"],
-            stream=p["stream"],
-            priority=p.get("priority"),
-            extra_key=p.get("extra_key"),
+            rid=p.rid,
+            input_text=p.text,
+            input_ids=p.input_ids,
+            sampling_params=p.sp,
+            return_logprob=p.return_logprob,
+            logprob_start_len=p.logprob_start_len,
+            top_logprobs_num=p.top_logprobs_num,
+            stream=p.stream,
+            priority=p.priority,
+            extra_key=p.extra_key,
             received_time=time.time(),
         )
 
-    async def _run_one(self, p: Dict[str, Any], request: Any) -> AsyncIterator[Dict[str, Any]]:
-        st = self._register(p)
-        if self.metrics is not None:
-            self.metrics.on_request(p)
-        await self._send(self._tokenized(p))
+    async def _submit(self, p: PreparedReq, request: Any) -> ReqState:
+        """Register and send; anything that fails in between unregisters the request again."""
+        st = self._register(p, watch_consumer=request is not None)
+        try:
+            if self.metrics is not None:
+                self.metrics.on_request(p)
+            data = dumps(self._tokenized(p), self.server_args.ipc_serializer)
+        except Exception as e:  # noqa: BLE001 - whatever the encoder raises, the request must not stay registered
+            self.rid_to_state.pop(p.rid, None)
+            raise ValueError(f"The request could not be encoded for the scheduler: {type(e).__name__}: {e}") from None
+        except BaseException:
+            self.rid_to_state.pop(p.rid, None)
+            raise
+        try:
+            await self.send_to_scheduler.send(data)
+        except BaseException:
+            self.rid_to_state.pop(p.rid, None)
+            raise
+        return st
+
+    async def _run_one(self, p: PreparedReq, request: Any) -> AsyncIterator[Dict[str, Any]]:
+        st = await self._submit(p, request)
         yielded = False
         try:
             while True:
                 try:
                     await asyncio.wait_for(st.event.wait(), timeout=WAIT_TIMEOUT_S)
                 except asyncio.TimeoutError:
-                    if request is not None and await request.is_disconnected():
-                        await self.abort_request(p["rid"])
-                        raise ValueError(f"Client disconnected; request {p['rid']} aborted.") from None
+                    if request is not None and not p.background and await request.is_disconnected():
+                        await self.abort_request(p.rid)
+                        raise ValueError(f"Client disconnected; request {p.rid} aborted.") from None
                     continue
-                out_list, st.out_list = st.out_list, []
-                finished = st.finished
                 st.event.clear()
                 if st.error is not None:
                     raise st.error
-                if not out_list:
+                finished = st.finished
+                if st.pending_chunks >= BACKLOG_WARNING:
+                    logger.warning(
+                        "Streaming backlog: rid=%s, coalesced %d chunks into one. This may inflate P99 ITL "
+                        "for affected requests.",
+                        p.rid,
+                        st.pending_chunks,
+                    )
+                out = st.take()
+                if out is None:
                     if finished:
                         return
                     continue
-                out = self._coalesce(out_list, p["rid"]) if st.stream else out_list[-1]
-                if "index" in p:
-                    out["index"] = p["index"]
+                if p.index is not None:
+                    out["index"] = p.index
                 if finished:
                     self._raise_for_abort(out, yielded)
-                if st.stream or finished:
-                    yielded = True
-                    yield out
+                yielded = True
+                yield out
                 if finished:
                     return
         finally:
             if not st.finished:
                 # The consumer went away (client disconnect, cancelled task): free the request.
-                await self.abort_request(p["rid"])
-
-    def _coalesce(self, out_list: List[Dict[str, Any]], rid: str) -> Dict[str, Any]:
-        if len(out_list) >= BACKLOG_WARNING:
-            logger.warning(
-                "Streaming backlog: rid=%s, coalescing %d queued chunks into one. "
-                "This may inflate P99 ITL for affected requests.",
-                rid,
-                len(out_list),
-            )
-        if len(out_list) == 1 or not self.server_args.incremental_streaming_output:
-            return out_list[-1]  # cumulative chunks: the last one holds everything
-        last = dict(out_list[-1])
-        last["text"] = "".join(o["text"] for o in out_list)
-        last["output_ids"] = [t for o in out_list for t in o["output_ids"]]
-        return last
+                await self.abort_request(p.rid)
 
     @staticmethod
     def _raise_for_abort(out: Dict[str, Any], yielded: bool) -> None:
@@ -439,20 +369,22 @@ class TokenizerManager:
         if status in (500, 503) and not yielded:
             raise GenerateError(status, msg)
 
-    async def _collect(self, p: Dict[str, Any], request: Any) -> Dict[str, Any]:
+    async def _collect(self, p: PreparedReq, request: Any) -> Dict[str, Any]:
         last = None
-        async for out in self._run_one(dict(p, stream=False), request):
+        async for out in self._run_one(dataclasses.replace(p, stream=False), request):
             last = out
         return last
 
-    async def _run_many_stream(self, ps: List[Dict[str, Any]], request: Any) -> AsyncIterator[Dict[str, Any]]:
+    async def _run_many_stream(self, ps: List[PreparedReq], request: Any) -> AsyncIterator[Dict[str, Any]]:
         queue: asyncio.Queue = asyncio.Queue()
 
-        async def pump(i: int, p: Dict[str, Any]) -> None:
+        async def pump(i: int, p: PreparedReq) -> None:
             try:
-                async for out in self._run_one(dict(p, index=p.get("index", i)), request):
+                async for out in self._run_one(
+                    dataclasses.replace(p, index=p.index if p.index is not None else i), request
+                ):
                     await queue.put(out)
-            except BaseException as e:  # noqa: BLE001
+            except BaseException as e:  # noqa: BLE001 - handed to the consumer, which re-raises it
                 await queue.put(e)
             finally:
                 await queue.put(None)
@@ -472,12 +404,53 @@ class TokenizerManager:
             for t in tasks:
                 t.cancel()
 
+    # ------------------------------------------------------------------ stalled streams
+    async def _sweep_loop(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_INTERVAL_S)
+            try:
+                await self.abort_stalled_streams()
+            except Exception:
+                logger.exception("Stalled-stream sweep failed")
+
+    async def abort_stalled_streams(self) -> int:
+        """Abort streams whose reader left output unread too long or let too much pile up."""
+        sa, now, stalled = self.server_args, time.monotonic(), []
+        for st in self.rid_to_state.values():
+            if not st.watch_consumer or st.pending is None:
+                continue
+            if now - st.last_taken > sa.slow_consumer_timeout or st.unread_bytes > sa.max_stream_buffer_bytes:
+                stalled.append(st)
+        for st in stalled:
+            logger.warning(
+                "rid=%s: the client left %d bytes unread for %.0f s; aborting its stream.",
+                st.rid,
+                st.unread_bytes,
+                now - st.last_taken,
+            )
+            await self.abort_request(st.rid)
+            self._fail(st.rid, GenerateError(408, "The client stopped reading the stream; the request was aborted."))
+        return len(stalled)
+
     # ------------------------------------------------------------------ control
     async def abort_request(self, rid: str = "", abort_all: bool = False) -> None:
         if not abort_all and rid not in self.rid_to_state:
             return  # already finished: aborting late is a no-op
         self.num_aborted += 1
         await self._send(AbortReq(rid=rid, abort_all=abort_all))
+
+    async def drain(self, timeout: float, message: str = "The server is shutting down.") -> int:
+        """Refuse new requests, give running ones `timeout` seconds, then abort the rest (returns how many)."""
+        self.closing_message = message
+        deadline = time.monotonic() + timeout
+        while self.rid_to_state and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        left = list(self.rid_to_state)
+        if left:
+            await self._send(AbortReq(abort_all=True))
+            for rid in left:
+                self._fail(rid, GenerateError(503, message))
+        return len(left)
 
     async def _control(self, req: Any, reply_type: type, timeout: float = 30.0) -> List[Any]:
         """Send a control message; every data-parallel replica answers once."""
@@ -515,12 +488,13 @@ class TokenizerManager:
         return merged
 
     async def close(self) -> None:
-        if self._loop_task is not None:
-            self._loop_task.cancel()
+        for task in self._tasks:
+            task.cancel()
             try:
-                await self._loop_task
+                await task
             except (asyncio.CancelledError, Exception):  # noqa: BLE001
                 pass
+        self.preparer.shutdown()
         self.recv_from_detokenizer.close()
         self.send_to_scheduler.close()
 

@@ -102,8 +102,7 @@ E2E_BUCKETS = (
 
 def _wants_metrics(state: Any) -> bool:
     """A request sent with log_metrics=false (internal probes) stays out of the numbers."""
-    obj = getattr(state, "obj", None) or {}
-    return obj.get("log_metrics", True) is not False
+    return getattr(getattr(state, "req", None), "log_metrics", True) is not False
 
 
 class _SchedulerSnapshot:
@@ -162,7 +161,7 @@ class ServerMetricsCollector:
         self.registry.register(self.scheduler)
 
     # ------------------------------------------------------------------ TokenizerManager hooks
-    def on_request(self, p: Dict[str, Any]) -> None:
+    def on_request(self, p: Any) -> None:
         """Nothing to record at send time: counters move at finish, so they always move together."""
 
     def on_chunk(self, state: Any, n_new_tokens: int, now: float) -> None:

@@ -7,13 +7,17 @@ for its interleaved rotary layout; we undo that so the weights match HF's rotate
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
+import logging
 import os
 from typing import Any, Dict, Iterator, Set, Tuple
 
 import numpy as np
 import torch
+
+from sglang.srt.utils.file_cache import cache_dir
+
+logger = logging.getLogger(__name__)
 
 _LAYER_MAP = {
     "attn_norm": "input_layernorm",
@@ -36,14 +40,11 @@ _TOP_MAP = {
 
 
 # Parsing a GGUF header (its vocabulary arrays) takes seconds and dequantising more; every server
-# start and test needs both, so the results are cached on disk keyed by the file's identity.
+# start and test needs both, so the results are cached on disk by content (utils/file_cache.py).
 
 
 def _cache_dir(path: str) -> str:
-    st = os.stat(path)
-    key = hashlib.sha1(f"{os.path.abspath(path)}:{st.st_size}:{int(st.st_mtime)}".encode()).hexdigest()[:16]
-    root = os.environ.get("SGLANG_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "sglang"))
-    return os.path.join(root, "gguf", key)
+    return cache_dir("gguf", path)
 
 
 @functools.lru_cache(maxsize=4)
@@ -114,6 +115,11 @@ def iterate_gguf_weights(path: str, n_head: int, n_kv_head: int, arch: str) -> I
             for k in h.keys():
                 yield k, h.get_tensor(k)
         return
+    logger.info(
+        "First start with %s: dequantising its weights to float32 once; later starts read them from %s.",
+        os.path.basename(path),
+        os.path.dirname(cached),
+    )
     out: Dict[str, torch.Tensor] = {}
     for name, w in _dequantize_all(path, n_head, n_kv_head, arch):
         out[name] = w

@@ -7,6 +7,7 @@ import glob
 import json
 import logging
 import os
+import threading
 from typing import Iterator, List, Tuple
 
 import torch
@@ -17,6 +18,10 @@ from sglang.srt.configs.model_config import ModelConfig, resolve_gguf_file
 from sglang.srt.models.registry import get_model_class
 
 logger = logging.getLogger(__name__)
+
+# tqdm guards its bars with a multiprocessing lock (a named semaphore). Children are killed at
+# shutdown, so that semaphore would be reported as leaked on every exit; a thread lock is enough.
+tqdm.set_lock(threading.RLock())
 
 
 @contextlib.contextmanager

@@ -38,6 +38,10 @@ class SamplingParams:
     ebnf: Optional[str] = None
     structural_tag: Optional[str] = None
     custom_params: Optional[Dict[str, Any]] = None
+    # SGLang fields of features not built here: accepted at their neutral value only (see verify).
+    beam_width: Optional[int] = None
+    watermark: Optional[Dict[str, Any]] = None
+    ebnf_full_assistant: bool = False
 
     # Derived by normalize(); not part of the request body.
     stop_strs: List[str] = field(default_factory=list)
@@ -98,6 +102,12 @@ class SamplingParams:
             raise ValueError(f"n must be in [1, {MAX_N}], got {self.n}")
         if self.stream_interval is not None and self.stream_interval < 1:
             raise ValueError(f"stream_interval must be at least 1, got {self.stream_interval}")
+        for name in ("stop", "stop_regex"):
+            strs = _as_list(getattr(self, name))
+            if len(strs) > MAX_STOP_STRINGS:
+                raise ValueError(f"{name} has {len(strs)} entries; at most {MAX_STOP_STRINGS} are allowed")
+            if any(len(x) > MAX_STOP_STRING_CHARS for x in strs):
+                raise ValueError(f"{name} entries must be at most {MAX_STOP_STRING_CHARS} characters long")
         if self.stop_token_ids:
             for t in self.stop_token_ids:
                 if not 0 <= t < vocab_size:
@@ -110,8 +120,14 @@ class SamplingParams:
                     raise ValueError(f"logit_bias keys must be token ids, got {k!r}") from None
                 if not 0 <= tid < vocab_size:
                     raise ValueError(f"logit_bias token id {tid} is outside the vocabulary [0, {vocab_size})")
-                if not isinstance(v, (int, float)) or not math.isfinite(v):
-                    raise ValueError(f"logit_bias value for {k} must be a finite number")
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                    raise ValueError(f"logit_bias value for {k} must be a number, got {v!r}")
+                if not -LOGIT_BIAS_LIMIT <= v <= LOGIT_BIAS_LIMIT:
+                    # OpenAI's range: -100 already bans a token; larger magnitudes only overflow to -inf.
+                    raise ValueError(f"logit_bias value for {k} must be in [-100, 100], got {v}")
+        for name, feature in _UNBUILT.items():
+            if getattr(self, name) not in (None, False):
+                raise ValueError(f"{name} asks for {feature}, which this server does not support")
         grammars = [x for x in (self.json_schema, self.regex, self.ebnf, self.structural_tag) if x is not None]
         if len(grammars) > 1:
             raise ValueError("Only one of json_schema, regex, ebnf and structural_tag may be set")
@@ -152,9 +168,23 @@ class SamplingParams:
 
 
 MAX_N = 128
-_INT_FIELDS = {"max_new_tokens", "min_new_tokens", "top_k", "stream_interval", "sampling_seed", "n"}
+# OpenAI's documented range for logit_bias values.
+LOGIT_BIAS_LIMIT = 100.0
+# Each stop string is tokenized when a request arrives and scanned after every output token, so
+# what one request may carry is bounded (OpenAI allows 4; chat templates add a few more).
+MAX_STOP_STRINGS = 128
+MAX_STOP_STRING_CHARS = 1024
+MAX_STOP_TOKEN_IDS = 1024
+_UNBUILT = {"beam_width": "beam search", "watermark": "watermarking", "ebnf_full_assistant": "full-assistant EBNF"}
+_INT_FIELDS = {"max_new_tokens", "min_new_tokens", "top_k", "stream_interval", "sampling_seed", "n", "beam_width"}
 _FLOAT_FIELDS = {"temperature", "top_p", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty"}
-_BOOL_FIELDS = {"ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim"}
+_BOOL_FIELDS = {
+    "ignore_eos",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+    "no_stop_trim",
+    "ebnf_full_assistant",
+}
 _STR_FIELDS = {"json_schema", "regex", "ebnf", "structural_tag"}
 
 
@@ -185,12 +215,16 @@ def _coerce(name: str, v: Any) -> Any:
     if name in ("stop", "stop_regex"):
         if isinstance(v, str):
             return v
+        if isinstance(v, list) and len(v) > MAX_STOP_STRINGS:  # refused before anything looks at the entries
+            raise ValueError(f"{name} has {len(v)} entries; at most {MAX_STOP_STRINGS} are allowed")
         if isinstance(v, list) and all(isinstance(s, str) for s in v):
             return v
         raise ValueError(f"{name} must be a string or a list of strings")
     if name == "stop_token_ids":
         if isinstance(v, int) and not isinstance(v, bool):
             return [v]
+        if isinstance(v, list) and len(v) > MAX_STOP_TOKEN_IDS:
+            raise ValueError(f"stop_token_ids has {len(v)} entries; at most {MAX_STOP_TOKEN_IDS} are allowed")
         if isinstance(v, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in v):
             return v
         raise ValueError("stop_token_ids must be a list of integers")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -29,13 +30,17 @@ def configure_logger(server_args: ServerArgs, prefix: str = "") -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def kill_self_when_parent_dies(poll_s: float = 0.5) -> None:
-    """Children must never outlive the server: exit as soon as the parent process is gone."""
+def kill_self_when_parent_dies(poll_s: float = 0.5, cleanup_dir: Optional[str] = None) -> None:
+    """Children must never outlive the server: exit as soon as the parent process is gone.
+
+    A parent killed outright (SIGKILL) cannot remove its IPC socket folder; its children do."""
     parent = os.getppid()
 
     def watch() -> None:
         while True:
             if os.getppid() != parent or not psutil.pid_exists(parent):
+                if cleanup_dir:
+                    shutil.rmtree(cleanup_dir, ignore_errors=True)
                 os._exit(0)
             time.sleep(poll_s)
 

@@ -9,11 +9,13 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
+from sglang.srt.entrypoints.errors import error_response
 from sglang.srt.entrypoints.http_server import ServerState, json_response
-from sglang.srt.entrypoints.openai.errors import OpenAIError, error_response
+from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest
 from sglang.srt.entrypoints.openai.serving_chat import OpenAIServingChat
 from sglang.srt.entrypoints.openai.serving_completions import OpenAIServingCompletion
 from sglang.srt.entrypoints.openai.serving_models import ModelRegistry
+from sglang.srt.entrypoints.openapi_docs import route_doc
 
 
 def add_openai_routes(app: FastAPI, state: ServerState) -> None:
@@ -26,7 +28,7 @@ def add_openai_routes(app: FastAPI, state: ServerState) -> None:
 
     async def retrieve_model(model: str) -> Response:
         if model not in models.names():
-            return error_response(OpenAIError(404, f"The model `{model}` does not exist.", "model"))
+            return error_response(models.not_found(model))
         return json_response(models.card(model))
 
     async def create_completion(request: Request) -> Response:
@@ -37,5 +39,7 @@ def add_openai_routes(app: FastAPI, state: ServerState) -> None:
 
     app.get("/v1/models")(list_models)
     app.get("/v1/models/{model:path}")(retrieve_model)
-    app.api_route("/v1/completions", methods=["POST", "PUT"])(create_completion)
-    app.api_route("/v1/chat/completions", methods=["POST", "PUT"])(create_chat_completion)
+    doc = route_doc(CompletionRequest, stream=True)
+    app.api_route("/v1/completions", methods=["POST", "PUT"], openapi_extra=doc)(create_completion)
+    doc = route_doc(ChatCompletionRequest, stream=True)
+    app.api_route("/v1/chat/completions", methods=["POST", "PUT"], openapi_extra=doc)(create_chat_completion)

@@ -10,11 +10,8 @@ import json
 from typing import Any, Dict, Optional
 
 from sglang.srt.constrained.base_grammar_backend import ANY_JSON, ANY_JSON_OBJECT
-from sglang.srt.entrypoints.openai.errors import OpenAIError
+from sglang.srt.entrypoints.errors import ApiError
 from sglang.srt.entrypoints.openai.protocol import ResponseFormat, SamplingFields
-
-# OpenAI's documented bound for logit_bias values.
-LOGIT_BIAS_LIMIT = 100.0
 
 _OPTIONAL = (
     "temperature",
@@ -46,16 +43,11 @@ def build_sampling_params(req: SamplingFields, max_new_tokens: Optional[int]) ->
     if req.seed is not None:
         sp["sampling_seed"] = req.seed
     if req.logit_bias:
-        for tok, bias in req.logit_bias.items():
-            if not -LOGIT_BIAS_LIMIT <= bias <= LOGIT_BIAS_LIMIT:
-                raise OpenAIError(
-                    400, f"logit_bias value for token {tok} must be in [-100, 100], got {bias}", "logit_bias"
-                )
-        sp["logit_bias"] = dict(req.logit_bias)
+        sp["logit_bias"] = dict(req.logit_bias)  # SamplingParams checks ids and the [-100, 100] range
     schema = response_format_schema(req.response_format)
     if schema is not None:
         if any(sp.get(k) is not None for k in ("json_schema", "regex", "ebnf", "structural_tag")):
-            raise OpenAIError(
+            raise ApiError(
                 400,
                 "response_format cannot be combined with json_schema, regex, ebnf or structural_tag.",
                 "response_format",
@@ -71,7 +63,7 @@ def response_format_schema(fmt: Optional[ResponseFormat]) -> Optional[str]:
     if fmt.type == "json_object":
         return ANY_JSON_OBJECT
     if fmt.json_schema is None:
-        raise OpenAIError(400, "response_format of type json_schema needs a `json_schema` object.", "response_format")
+        raise ApiError(400, "response_format of type json_schema needs a `json_schema` object.", "response_format")
     if fmt.json_schema.schema_ is None:
         return ANY_JSON  # a json_schema format without a schema only promises valid JSON
     return json.dumps(fmt.json_schema.schema_)

@@ -18,15 +18,17 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Dict, List, Optional, Set, Type
 
 from fastapi import Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 from pydantic import BaseModel
 
+from sglang.srt.entrypoints.errors import ApiError, error_response, stream_error_event, to_api_error
 from sglang.srt.entrypoints.http_server import ServerState, json_response, read_json, sse, start_stream
 from sglang.srt.entrypoints.openai.choices import Choices, ChoiceState, Delta
-from sglang.srt.entrypoints.openai.errors import OpenAIError, error_response, stream_error_event, to_openai_error
 from sglang.srt.entrypoints.openai.serving_models import ModelRegistry
+from sglang.srt.entrypoints.streaming import ServerStream
 from sglang.srt.managers.generate_input import GenerateReqInput
-from sglang.srt.managers.tokenizer_manager import GenerateError, TokenizerManager
+from sglang.srt.managers.request_state import GenerateError
+from sglang.srt.managers.tokenizer_manager import TokenizerManager
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +58,7 @@ def openai_finish_reason(fr: Optional[Dict[str, Any]]) -> Optional[str]:
         return None
     kind = fr.get("type")
     if kind == "abort":
-        raise OpenAIError(int(fr.get("status_code") or 500), fr.get("message") or "The request was aborted.")
+        raise ApiError(int(fr.get("status_code") or 500), fr.get("message") or "The request was aborted.")
     return _FINISH.get(kind, "stop")
 
 
@@ -97,20 +99,23 @@ class OpenAIServingBase:
     # ------------------------------------------------------------------ flow
     async def handle(self, request: Request) -> Response:
         try:
-            req = self.request_model.model_validate(await read_json(request))
+            body = await read_json(request)
+            # Validating, rendering and tokenizing cost time in proportion to the body: off the event loop.
+            preparer = self.tm.preparer
+            req = await preparer.run(self.request_model.model_validate, body)
             model = self.models.resolve(req.model)
-            job = self.prepare(req, f"{self.id_prefix}{uuid.uuid4().hex}", model)
+            job = await preparer.run(self.prepare, req, f"{self.id_prefix}{uuid.uuid4().hex}", model)
             gen = self.tm.generate_request(job.obj, request)
             if not req.stream:
                 return json_response(await self._complete(job, gen))
             first = await start_stream(gen)
         except Exception as e:  # noqa: BLE001 - every failure before the 200 becomes an OpenAI error
             return error_response(self._report(e))
-        return StreamingResponse(self._stream(job, gen, first), media_type="text/event-stream")
+        return ServerStream(self._stream(job, gen, first), self.state.server_args.slow_consumer_timeout)
 
-    def _report(self, e: BaseException) -> OpenAIError:
-        err = to_openai_error(e)
-        if not isinstance(e, (OpenAIError, ValueError, GenerateError)):
+    def _report(self, e: BaseException) -> ApiError:
+        err = to_api_error(e)
+        if not isinstance(e, (ApiError, ValueError, GenerateError)):
             logger.exception("OpenAI route failed", exc_info=e)
         return err
 
@@ -143,7 +148,7 @@ class OpenAIServingBase:
                     yield sse(chunk)
                 out = None if job.choices.all_finished() else await _next_or_none(gen)
             if not job.choices.all_finished():
-                raise OpenAIError(500, "The stream ended before every choice finished.")
+                raise ApiError(500, "The stream ended before every choice finished.")
             if job.req.include_usage():
                 chunk = self.chunk_envelope(job, [])
                 chunk["usage"] = job.choices.usage(self.state.server_args.enable_cache_report)

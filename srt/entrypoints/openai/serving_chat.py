@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
+from sglang.srt.entrypoints.errors import ApiError
 from sglang.srt.entrypoints.openai.chat_template import render_chat_prompt
 from sglang.srt.entrypoints.openai.choices import Choices, ChoiceState, Delta
-from sglang.srt.entrypoints.openai.errors import OpenAIError
 from sglang.srt.entrypoints.openai.logprobs import chat_logprobs
 from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest
 from sglang.srt.entrypoints.openai.sampling import build_sampling_params
@@ -20,8 +20,9 @@ class OpenAIServingChat(OpenAIServingBase):
 
     def prepare(self, req: ChatCompletionRequest, job_id: str, model: str) -> Job:
         if req.top_logprobs and not req.logprobs:
-            raise OpenAIError(400, "top_logprobs requires logprobs to be true.", "top_logprobs")
-        input_ids = render_chat_prompt(self.tm.tokenizer, req.messages)
+            raise ApiError(400, "top_logprobs requires logprobs to be true.", "top_logprobs")
+        preparer = self.tm.preparer  # prepare() runs in one of its threads: use that thread's tokenizer
+        input_ids = render_chat_prompt(preparer.thread_tokenizer(), req.messages, preparer.check_chars)
         rids = new_rids(1)
         obj = GenerateReqInput(
             input_ids=input_ids,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Union
 
+from sglang.srt.entrypoints.errors import ApiError
 from sglang.srt.entrypoints.openai.choices import Choices, ChoiceState, Delta
-from sglang.srt.entrypoints.openai.errors import OpenAIError
 from sglang.srt.entrypoints.openai.logprobs import completion_logprobs
 from sglang.srt.entrypoints.openai.protocol import CompletionRequest
 from sglang.srt.entrypoints.openai.sampling import build_sampling_params
@@ -20,7 +20,7 @@ def split_prompts(prompt: Any) -> List[Prompt]:
     if isinstance(prompt, str):
         return [prompt]
     if not prompt:
-        raise OpenAIError(400, "prompt must not be empty.", "prompt")
+        raise ApiError(400, "prompt must not be empty.", "prompt")
     if isinstance(prompt[0], int):
         return [prompt]
     return list(prompt)
@@ -32,7 +32,7 @@ class OpenAIServingCompletion(OpenAIServingBase):
 
     def prepare(self, req: CompletionRequest, job_id: str, model: str) -> Job:
         if req.suffix:
-            raise OpenAIError(400, "suffix is not supported.", "suffix")
+            raise ApiError(400, "suffix is not supported.", "suffix")
         prompts = split_prompts(req.prompt)
         single = isinstance(req.prompt, str) or isinstance(req.prompt[0], int)
         rids = new_rids(len(prompts))
@@ -62,9 +62,9 @@ class OpenAIServingCompletion(OpenAIServingBase):
         )
 
     def _decode(self, ids: List[int]) -> str:
-        tok = self.tm.tokenizer
+        tok = self.tm.preparer.thread_tokenizer()  # called from prepare(), in a pool thread
         if tok is None:
-            raise OpenAIError(400, "echo needs a tokenizer; this server runs with --skip-tokenizer-init.", "echo")
+            raise ApiError(400, "echo needs a tokenizer; this server runs with --skip-tokenizer-init.", "echo")
         return tok.decode(ids)
 
     # ------------------------------------------------------------------ non-stream

@@ -1,8 +1,9 @@
 """Model names: which `model` values this server answers to, and the /v1/models cards.
 
-One model is served; it answers to its served name and to its model path (clients often send the
-path they launched with). A request naming any other model is a bad request (400) that says so, so a
-client pointed at the wrong server notices; GET /v1/models/{other} is a 404 (no such resource).
+One model is served; it answers to its served name, to its model path (clients often send the path
+they launched with) and to `default` (what several tools send when they do not know the name). A
+request naming any other model gets OpenAI's 404 `model_not_found`, so a client pointed at the wrong
+server notices; GET /v1/models/{other} is the same 404.
 """
 
 from __future__ import annotations
@@ -10,8 +11,11 @@ from __future__ import annotations
 import time
 from typing import Any, Dict, List, Optional
 
+from sglang.srt.entrypoints.errors import ApiError
 from sglang.srt.entrypoints.http_server import ServerState
-from sglang.srt.entrypoints.openai.errors import OpenAIError
+
+# The name tools send when they do not know the served one.
+DEFAULT_MODEL_NAME = "default"
 
 
 class ModelRegistry:
@@ -30,14 +34,20 @@ class ModelRegistry:
         return names
 
     def resolve(self, name: Optional[str]) -> str:
-        """The model name to echo in responses; 400 for a model this server does not serve."""
-        if name is None:
+        """The model name to echo in responses; a 404 for a model this server does not serve."""
+        if name is None or name == DEFAULT_MODEL_NAME:
             return self.served_name()
         if name not in self.names():
-            raise OpenAIError(
-                400, f"The model `{name}` does not exist; this server serves `{self.served_name()}`.", "model"
-            )
+            raise self.not_found(name)
         return name
+
+    def not_found(self, name: str) -> ApiError:
+        return ApiError(
+            404,
+            f"The model `{name}` does not exist; this server serves `{self.served_name()}`.",
+            "model",
+            code="model_not_found",
+        )
 
     def card(self, name: str) -> Dict[str, Any]:
         tm = self.state.tm

@@ -1,0 +1,71 @@
+"""/openapi.json describes every route's body, and bodies generated from it never get a 5xx."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import requests
+import schemathesis
+from hypothesis import HealthCheck, settings
+
+from sglang.srt.entrypoints.openapi_docs import GenerateBody, SamplingParamsBody
+from sglang.srt.managers.generate_input import GenerateReqInput
+from sglang.srt.sampling.sampling_params import SamplingParams
+
+
+def test_the_documented_bodies_are_the_validated_ones():
+    assert set(GenerateBody.model_fields) == set(GenerateReqInput._FIELDS)
+    assert set(SamplingParamsBody.model_fields) == set(SamplingParams.field_names())
+
+
+def test_every_post_route_documents_its_body(server_url):
+    spec = requests.get(server_url + "/openapi.json", timeout=30).json()
+    posts = {path: ops["post"] for path, ops in spec["paths"].items() if "post" in ops}
+    assert {"/generate", "/v1/completions", "/v1/chat/completions", "/tokenize", "/abort_request"} <= set(posts)
+    for path, op in posts.items():
+        if path == "/flush_cache":
+            continue  # takes no body
+        schema = op["requestBody"]["content"]["application/json"]["schema"]
+        name = schema["$ref"].rsplit("/", 1)[-1]
+        assert spec["components"]["schemas"][name]["properties"], path
+        assert op["responses"]["400"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorBody")
+
+
+# ---------------------------------------------------------------------------- fuzzing from the spec
+# PUT routes are the same handlers as their POST twins: fuzzing them again only costs time.
+schema = schemathesis.pytest.from_fixture("openapi_schema").exclude(method="PUT")
+
+
+@pytest.fixture
+def openapi_schema(default_server):
+    return schemathesis.openapi.from_url(default_server.url + "/openapi.json")
+
+
+def _keep_it_short(path: str, body: Any) -> None:
+    """Valid bodies may ask for thousands of tokens or n=128; that is work, not what this test is about."""
+    if not isinstance(body, dict):
+        return
+    if path == "/generate":
+        sps = body.get("sampling_params")
+        if sps is None:
+            body["sampling_params"] = {"max_new_tokens": 2}
+        elif isinstance(sps, list):
+            body["sampling_params"] = sps = [sp if isinstance(sp, dict) else {} for sp in sps]
+        for sp in sps if isinstance(sps, list) else [sps]:
+            if isinstance(sp, dict):
+                sp["max_new_tokens"] = 2
+                sp.pop("n", None)
+    elif path.startswith("/v1/"):
+        body["max_tokens"] = 2
+        body.pop("max_completion_tokens", None)
+        body.pop("n", None)
+
+
+@schema.parametrize()
+@settings(max_examples=10, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+def test_bodies_generated_from_the_spec_never_get_a_5xx(case, default_server):
+    _keep_it_short(case.path, case.body)
+    r = case.call(timeout=300)
+    assert r.status_code < 500, (case.method, case.path, case.body, r.status_code, r.text[:500])
+    assert default_server.alive()
