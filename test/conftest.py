@@ -51,7 +51,7 @@ def hf_models():
 
 
 # ---------------------------------------------------------------------------- servers
-from server_utils import ServerProcess  # noqa: E402
+from server_utils import GUARD_KEY, ServerProcess  # noqa: E402
 
 DEFAULT_SERVER_ARGS = ["--max-total-tokens", "20000", "--enable-metrics", "--enable-cache-report"]
 
@@ -77,9 +77,6 @@ def incremental_server():
     srv = ServerProcess(["--max-total-tokens", "8192", "--incremental-streaming-output", "--skip-server-warmup"])
     yield srv
     srv.stop()
-
-
-GUARD_KEY = "sk-guarded-test-key"
 
 
 @pytest.fixture(scope="session")

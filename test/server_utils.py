@@ -13,6 +13,9 @@ from typing import Dict, List, Optional
 
 import requests
 
+# The API key of the `guarded_server` fixture (conftest.py).
+GUARD_KEY = "sk-guarded-test-key"
+
 
 def free_port() -> int:
     with socket.socket() as s:

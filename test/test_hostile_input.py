@@ -12,8 +12,7 @@ from typing import Dict, List, Optional, Tuple
 
 import psutil
 import requests
-from conftest import GUARD_KEY
-from server_utils import generate
+from server_utils import GUARD_KEY, generate
 
 
 # ---------------------------------------------------------------------------- stalls

@@ -16,7 +16,7 @@ import pytest
 import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from server_utils import generate
+from server_utils import GUARD_KEY, generate
 
 from sglang.srt.entrypoints.errors import to_api_error
 from sglang.srt.entrypoints.openai.choices import Choices
@@ -92,6 +92,15 @@ def test_choices_map_subrequests_and_compute_deltas():
     d2 = ch.delta({"text": "Hello", "output_ids": [5, 6], "meta_info": meta}, incremental=False)
     assert (d1.text, d1.first, d1.logprobs) == ("He", True, lp[:1])
     assert (d2.text, d2.first, d2.logprobs) == ("llo", False, lp[1:])
+    # --incremental-streaming-output: text, ids and logprob lists are each chunk's own.
+    inc = Choices(["c"], n=1)
+    d3 = inc.delta(
+        {"text": "He", "output_ids": [5], "meta_info": dict(meta, id="c", output_token_logprobs=lp[:1])}, True
+    )
+    d4 = inc.delta(
+        {"text": "llo", "output_ids": [6], "meta_info": dict(meta, id="c", output_token_logprobs=lp[1:])}, True
+    )
+    assert (d3.text, d3.logprobs, d4.text, d4.logprobs) == ("He", lp[:1], "llo", lp[1:])
     for rid in ch.rids():
         ch.record_finish(ch.get(rid), {"prompt_tokens": 4, "completion_tokens": 2, "cached_tokens": 1})
     # Prompt tokens once per prompt, completion tokens once per choice.
@@ -490,7 +499,6 @@ def test_client_disconnect_mid_stream_aborts(server_url, default_server, route, 
 
 # ---------------------------------------------------------------------------- auth
 def test_api_key_required_on_v1_routes(guarded_server):
-    from conftest import GUARD_KEY
 
     srv = guarded_server
     good = openai.OpenAI(base_url=srv.url + "/v1", api_key=GUARD_KEY, max_retries=0)

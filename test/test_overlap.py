@@ -19,9 +19,9 @@ def _workload(url: str):
     prompt, and one abort."""
     jobs = []
     for i in range(16):
-        sp = {"max_new_tokens": 40, "temperature": 0}
+        sp = {"max_new_tokens": 24, "temperature": 0}
         if i % 3 == 1:
-            sp = {"max_new_tokens": 40, "temperature": 0.9, "top_p": 0.9, "sampling_seed": 100 + i}
+            sp = {"max_new_tokens": 24, "temperature": 0.9, "top_p": 0.9, "sampling_seed": 100 + i}
         if i % 4 == 2:
             sp["stop"] = ["zebra", "\n\n\n"]  # checked every step, rarely hit
         if i == 3:

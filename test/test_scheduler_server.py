@@ -57,7 +57,7 @@ def test_chunked_prefill_gives_the_same_tokens_and_logprobs(server_url):
         srv.stop()
 
 
-def _shared_prefix_workload(seed: int = 0, groups: int = 4, per_group: int = 8, sys_len: int = 300, q_len: int = 20):
+def _shared_prefix_workload(seed: int = 0, groups: int = 3, per_group: int = 6, sys_len: int = 300, q_len: int = 20):
     rng = random.Random(seed)
     prompts = []
     for _ in range(groups):

@@ -3,6 +3,7 @@ chunks they read, and the one error shape every route answers with."""
 
 from __future__ import annotations
 
+import json
 import socket
 
 import pytest
@@ -199,3 +200,19 @@ def test_incremental_stream_sends_logprob_deltas_like_its_text(incremental_serve
     assert [e[0] or 0 for e in first] == pytest.approx([e[0] or 0 for e in ref_in], abs=1e-3)
     assert all(c["meta_info"]["input_token_logprobs"] == [] for c in chunks[1:])
     incremental_server.check_idle_invariant()
+    # The OpenAI stream over incremental chunks: one logprob entry per generated token, the same tokens.
+    chat = {"model": "default", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6, "temperature": 0}
+    ref = requests.post(url + "/v1/chat/completions", json=dict(chat, logprobs=True), timeout=120).json()
+    entries = []
+    with requests.post(
+        url + "/v1/chat/completions",
+        json=dict(chat, logprobs=True, top_logprobs=2, stream=True),
+        stream=True,
+        timeout=120,
+    ) as r:
+        for line in r.iter_lines():
+            if line.startswith(b"data: {"):
+                for c in json.loads(line[6:])["choices"]:
+                    entries += (c.get("logprobs") or {}).get("content") or []
+    assert [e["token"] for e in entries] == [e["token"] for e in ref["choices"][0]["logprobs"]["content"]]
+    assert len(entries) == ref["usage"]["completion_tokens"] and all(len(e["top_logprobs"]) == 2 for e in entries)

@@ -97,7 +97,11 @@ class Choices:
             new_text = text[st.sent_chars :]
             st.seen_tokens = len(out.get("output_ids") or [])
         st.sent_chars += len(new_text)
-        lps, tops = _slice_logprobs(meta, st.sent_tokens, st.seen_tokens)
+        if incremental:  # the chunk's logprob lists are its own entries, like its text
+            lps, top = meta.get("output_token_logprobs"), meta.get("output_top_logprobs")
+            lps, tops = (list(lps) if lps else []), (list(top) if top is not None else None)
+        else:
+            lps, tops = _slice_logprobs(meta, st.sent_tokens, st.seen_tokens)
         st.sent_tokens = max(st.sent_tokens, st.seen_tokens)
         first = not st.started
         st.started = True
@@ -110,8 +114,7 @@ class Choices:
 
 
 def _slice_logprobs(meta: Dict[str, Any], start: int, end: int) -> Tuple[List[Any], Optional[List[Any]]]:
-    # The logprob lists in meta_info are the request's running lists and may already hold entries
-    # of later chunks; the token count of this chunk bounds what belongs to it.
+    # A cumulative chunk carries every entry so far; the token count of this chunk bounds what is new.
     lps = meta.get("output_token_logprobs")
     if lps is None:
         return [], None
