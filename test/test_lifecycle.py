@@ -115,6 +115,7 @@ def test_sigterm_drains_streams_cuts_a_stuck_reader_and_exits_0():
         assert done and done[-1]["meta_info"]["completion_tokens"] < 4000  # cut by the shutdown, not finished
     assert _wait(lambda: all(_gone(p) for p in pids.values()), 30), "orphan processes left"
     assert not os.path.exists(ipc_dir)
+    assert "leaked semaphore" not in srv.log_text()  # killed children hold no named semaphores
     srv.stop()
 
 

@@ -192,7 +192,7 @@ class TokenizerManager:
             raise GenerateError(503, self.dead_message)
         if self.closing_message:
             raise GenerateError(503, self.closing_message)
-        obj.normalize()
+        await self.preparer.run(obj.normalize)  # type checks walk every input id: off the event loop too
         if obj.received_time is not None:
             received = min(received, float(obj.received_time))
         limit = self.server_args.max_batch_requests

@@ -65,6 +65,9 @@ class OpenAIServingCompletion(OpenAIServingBase):
         tok = self.tm.preparer.thread_tokenizer()  # called from prepare(), in a pool thread
         if tok is None:
             raise ApiError(400, "echo needs a tokenizer; this server runs with --skip-tokenizer-init.", "echo")
+        vocab = self.tm.vocab_size
+        if any(t < 0 or t >= vocab for t in ids):  # the tokenizer would overflow on them
+            raise ApiError(400, f"prompt token ids must be in [0, {vocab}).", "prompt")
         return tok.decode(ids)
 
     # ------------------------------------------------------------------ non-stream
