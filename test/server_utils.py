@@ -89,8 +89,8 @@ class ServerProcess:
         """available + evictable + protected == total, nothing protected, when idle."""
         assert self.alive(), f"server died:\n{self.log_tail()}"
         info = self.wait_idle()
-        # The loop checks its own invariant on its next idle pass; give it one.
-        time.sleep(0.3)
+        # The loop checks its own invariant on every idle pass (each <= 50 ms apart); give it two.
+        time.sleep(0.1)
         info = self.server_info()
         total = info["max_total_num_tokens"]
         a, e, p = info["available_tokens"], info["evictable_tokens"], info["protected_tokens"]

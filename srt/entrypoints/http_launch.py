@@ -15,14 +15,15 @@ import os
 import signal
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sglang.srt.entrypoints.http_server import ServerState, create_app
 from sglang.srt.entrypoints.launcher import launch_subprocesses, resolve_model_paths
 from sglang.srt.entrypoints.listen_socket import bind_listen_socket
 from sglang.srt.managers.generate_input import GenerateReqInput
-from sglang.srt.managers.tokenizer_manager import TokenizerManager
 from sglang.srt.server_args import ServerArgs
+
+if TYPE_CHECKING:
+    from sglang.srt.entrypoints.http_server import ServerState
 
 logger = logging.getLogger("sglang.server")
 
@@ -39,7 +40,15 @@ def launch_server(server_args: ServerArgs) -> None:
     configure_logger(server_args)
     server_args = resolve_model_paths(server_args)
     sock = bind_listen_socket(server_args.host, server_args.port) if server_args.node_rank == 0 else None
+    # The HTTP stack (FastAPI, transformers, xgrammar) takes seconds to import: do it while the
+    # scheduler and detokenizer processes start, not before.
+    preload = threading.Thread(target=_import_http_stack, daemon=True, name="import-http")
+    preload.start()
     runtime = launch_subprocesses(server_args)
+    preload.join()
+    from sglang.srt.entrypoints.http_server import ServerState, create_app
+    from sglang.srt.managers.tokenizer_manager import TokenizerManager
+
     if sock is None:
         # Other nodes only run their scheduler ranks; node 0 serves HTTP and broadcasts requests.
         logger.info("Node %d: scheduler ranks running; waiting.", server_args.node_rank)
@@ -93,6 +102,17 @@ def launch_server(server_args: ServerArgs) -> None:
         sock.close()
     if state.failure is not None:
         raise RuntimeError(state.failure)
+
+
+def _import_http_stack() -> None:
+    import sglang.srt.entrypoints.grammar_validation
+    import sglang.srt.entrypoints.http_server
+    import sglang.srt.entrypoints.openai.routes  # noqa: F401
+
+    try:
+        import xgrammar  # noqa: F401
+    except ImportError:
+        pass
 
 
 def _exit_normally(signum: int, frame: Any) -> None:

@@ -2,73 +2,52 @@
 
 The routes read raw requests and validate them themselves (for exact 400 messages), so FastAPI sees
 no body parameters. These models describe the bodies those validators accept, so that tools that
-generate clients or fuzz from the spec see every field; test_openapi checks they match the
-validators' own field lists.
+generate clients or fuzz from the spec see every field. The two big bodies are read off the
+dataclasses the validators fill (GenerateReqInput, SamplingParams), so they cannot drift apart.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from typing import Any, Dict, List, Optional, Type, Union
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, create_model
+
+from sglang.srt.managers.generate_input import GenerateReqInput
+from sglang.srt.sampling.sampling_params import SamplingParams
 
 _REF = "#/components/schemas/{model}"
 
 
-class SamplingParamsBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    max_new_tokens: Optional[int] = 128
-    min_new_tokens: int = 0
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    min_p: float = 0.0
-    frequency_penalty: float = 0.0
-    presence_penalty: float = 0.0
-    repetition_penalty: float = 1.0
-    stop: Optional[Union[str, List[str]]] = None
-    stop_token_ids: Optional[List[int]] = None
-    stop_regex: Optional[Union[str, List[str]]] = None
-    ignore_eos: bool = False
-    skip_special_tokens: bool = True
-    spaces_between_special_tokens: bool = True
-    no_stop_trim: bool = False
-    stream_interval: Optional[int] = None
-    logit_bias: Optional[Dict[str, float]] = None
-    sampling_seed: Optional[int] = None
-    n: int = 1
-    json_schema: Optional[Union[str, Dict[str, Any]]] = None
-    regex: Optional[str] = None
-    ebnf: Optional[str] = None
-    structural_tag: Optional[Union[str, Dict[str, Any]]] = None
-    custom_params: Optional[Dict[str, Any]] = None
-    beam_width: Optional[int] = None
-    watermark: Optional[Dict[str, Any]] = None
-    ebnf_full_assistant: bool = False
+def _doc_model(name: str, dataclass_type: type, names: Any, doc: str, **overrides: Any) -> Type[BaseModel]:
+    """A pydantic model of a dataclass's request fields (types and defaults read from it), for the spec."""
+    hints = typing.get_type_hints(dataclass_type)
+    defaults = {f.name: f.default for f in dataclasses.fields(dataclass_type)}
+    spec = {n: overrides.get(n, (hints[n], defaults[n])) for n in names}
+    extra = "forbid" if dataclass_type is SamplingParams else "allow"
+    return create_model(name, __doc__=doc, __config__=ConfigDict(extra=extra), **spec)
 
 
-class GenerateBody(BaseModel):
-    """/generate: one prompt (text or input_ids) or a batch (lists of them). SGLang's other fields
-    are accepted too (see generate_fields.py); those of features not built here only when null/false."""
-
-    model_config = ConfigDict(extra="allow")
-    text: Optional[Union[str, List[str]]] = None
-    input_ids: Optional[Union[List[int], List[List[int]]]] = None
-    sampling_params: Optional[Union[SamplingParamsBody, List[SamplingParamsBody]]] = None
-    rid: Optional[Union[str, List[str]]] = None
-    return_logprob: Optional[Union[bool, List[bool]]] = False
-    logprob_start_len: Optional[Union[int, List[int]]] = -1
-    top_logprobs_num: Optional[Union[int, List[int]]] = 0
-    return_text_in_logprobs: bool = False
-    stream: bool = False
-    priority: Optional[int] = None
-    extra_key: Optional[Union[str, List[str]]] = None
-    log_metrics: bool = True
-    background: bool = False
-    no_logs: bool = False
-    received_time: Optional[float] = None
+_JSON_OR_TEXT = (Optional[Union[str, Dict[str, Any]]], None)  # a schema may be sent as an object
+SamplingParamsBody = _doc_model(
+    "SamplingParamsBody",
+    SamplingParams,
+    SamplingParams.field_names(),
+    "sampling_params of /generate (unknown keys are refused).",
+    json_schema=_JSON_OR_TEXT,
+    structural_tag=_JSON_OR_TEXT,
+)
+GenerateBody = _doc_model(
+    "GenerateBody",
+    GenerateReqInput,
+    GenerateReqInput._FIELDS,
+    "/generate: one prompt (text or input_ids) or a batch (lists of them). SGLang's other fields are "
+    "accepted too (see generate_fields.py); those of features not built here only when null or false.",
+    sampling_params=(Optional[Union[SamplingParamsBody, List[SamplingParamsBody]]], None),
+)
 
 
 class AbortBody(BaseModel):
