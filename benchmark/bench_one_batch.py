@@ -161,7 +161,9 @@ def make_runner(args, model_path: str, max_bs: int, max_len: int):
         cublas_workspace_kib=args.cublas_workspace_kib,
     )
     device = sa.resolved_device()
-    return ModelRunner(ModelConfig.from_path(model_path, sa.context_length), sa, device, show_progress=False)
+    return ModelRunner.from_server_args(
+        ModelConfig.from_path(model_path, sa.context_length), sa, device, show_progress=False
+    )
 
 
 def greedy_info(bs: int, vocab: int, device: str, temperature: float = 0.0):

@@ -16,6 +16,7 @@ from sglang.lang.choices import (
     token_length_normalized,
     unconditional_likelihood_normalized,
 )
+from sglang.lang.function import SglFunction, resolve_backend
 from sglang.lang.global_config import global_config
 from sglang.lang.ir import (
     REGEX_BOOL,
@@ -24,14 +25,12 @@ from sglang.lang.ir import (
     REGEX_STR,
     SglExpr,
     SglExprList,
-    SglFunction,
     SglGen,
     SglRoleBegin,
     SglRoleEnd,
     SglSelect,
     as_expr,
     normalize_dtype,
-    resolve_backend,
 )
 
 __all__ = [

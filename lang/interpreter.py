@@ -16,12 +16,15 @@ import threading
 import uuid
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from typing import Any, Deque, Dict, Iterator, List, Optional, Sequence, Set, Union
+from typing import TYPE_CHECKING, Any, Deque, Dict, Iterator, List, Optional, Sequence, Set, Union
 
 from tqdm.auto import tqdm
 
 from sglang.lang.chat_template import ChatTemplate
 from sglang.lang.global_config import global_config
+
+if TYPE_CHECKING:
+    from sglang.lang.function import SglFunction
 from sglang.lang.ir import (
     SglArgument,
     SglCommitLazy,
@@ -29,7 +32,6 @@ from sglang.lang.ir import (
     SglConstantText,
     SglExpr,
     SglExprList,
-    SglFunction,
     SglGen,
     SglRoleBegin,
     SglRoleEnd,

@@ -28,7 +28,7 @@ def _f(default: Any, help: str, choices: Optional[List[Any]] = None, **kw: Any) 
     return field(default=default, metadata=meta)
 
 
-ATTENTION_BACKENDS = ["torch_native", "triton", "flashinfer"]
+ATTENTION_BACKENDS = ["torch_native", "triton"]
 SCHEDULE_POLICIES = ["fcfs", "lpm", "dfs-weight", "lof", "random"]
 EVICTION_POLICIES = ["lru", "lfu", "fifo", "mru", "filo", "priority"]
 
@@ -60,7 +60,6 @@ class ServerArgs:
     )
     skip_tokenizer_init: bool = _f(False, "Take and return token ids only; no detokenizer text.")
     trust_remote_code: bool = _f(False, "Allow custom code in the tokenizer folder.")
-    revision: Optional[str] = _f(None, "Unused; accepted for compatibility.")
 
     # ---- HTTP ----
     host: str = _f("127.0.0.1", "HTTP host; 0.0.0.0 listens on every interface.")
@@ -130,7 +129,6 @@ class ServerArgs:
     )
     disable_cuda_graph: bool = _f(False, "Run decode eagerly instead of replaying CUDA graphs.")
     cuda_graph_max_bs: Optional[int] = _f(None, "Largest decode batch captured in a CUDA graph.")
-    enable_torch_compile: bool = _f(False, "torch.compile the small fused ops.")
     skinny_matmul: str = _f(
         "auto",
         "Matmuls of at most 64 rows (decode) on CUDA: our Triton kernels (a GEMV for "
@@ -173,12 +171,10 @@ class ServerArgs:
     log_requests: bool = _f(False, "Log each request's inputs and outputs.")
     enable_metrics: bool = _f(False, "Expose Prometheus /metrics and time stats in meta_info.")
     enable_cache_report: bool = _f(False, "Report cached prompt tokens in OpenAI usage.")
-    show_time_cost: bool = _f(False, "Unused; accepted for compatibility.")
 
     # ---- process plumbing ----
     ipc_serializer: str = _f("pickle", "Wire format between processes.", ["pickle", "msgpack"])
     detokenizer_max_states: int = _f(1 << 16, "Requests the detokenizer tracks at once.")
-    watchdog_timeout: float = _f(300.0, "Seconds a forward step may take before the scheduler is declared hung.")
     random_seed: Optional[int] = _f(None, "Seed for weights (dummy) and sampling.")
     strict_memory_check: bool = _f(False, "Raise (not only log) when the idle KV invariant fails. On under tests.")
 

@@ -45,7 +45,7 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def make_runner(path: str, kv_dtype: str = "auto") -> ModelRunner:
     sa = ServerArgs(model_path=path, max_total_tokens=2048, max_running_requests=8, kv_cache_dtype=kv_dtype)
-    return ModelRunner(ModelConfig.from_path(path), sa, "cpu", show_progress=False)
+    return ModelRunner.from_server_args(ModelConfig.from_path(path), sa, "cpu", show_progress=False)
 
 
 def use_triton(runner: ModelRunner) -> None:

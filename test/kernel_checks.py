@@ -35,6 +35,7 @@ from sglang.srt.layers.attention.triton_ops.decode_attention import (
 )
 from sglang.srt.layers.attention.triton_ops.decode_prologue import decode_prologue
 from sglang.srt.layers.attention.triton_ops.extend_attention import extend_attention_fwd, extend_attention_ref
+from sglang.srt.layers.sampler import race_argmax_torch
 from sglang.srt.layers.triton_ops import (
     apply_rotary_emb_,
     apply_rotary_emb_ref,
@@ -50,7 +51,7 @@ from sglang.srt.layers.triton_ops import (
 )
 from sglang.srt.layers.triton_ops.gemv import gemv, gemv_ref
 from sglang.srt.layers.triton_ops.rotary import apply_rotary_emb_and_store_
-from sglang.srt.layers.triton_ops.sampling import greedy_argmax, race_argmax, race_argmax_ref
+from sglang.srt.layers.triton_ops.sampling import greedy_argmax, race_argmax
 from sglang.srt.layers.triton_ops.small_m_gemm import small_m_matmul
 
 
@@ -457,7 +458,7 @@ def check_race(bs: int, vocab: int, *, kind: str = "softmax", device: str = "cpu
         probs = torch.zeros((bs, vocab))
     rows = torch.randint(0, 2**32, (bs,), generator=gen, dtype=torch.int64)
     out = race_argmax(probs.to(device), rows.to(device)).cpu()
-    return 0.0 if torch.equal(out, race_argmax_ref(probs, rows)) else math.inf
+    return 0.0 if torch.equal(out, race_argmax_torch(probs.float(), rows)) else math.inf
 
 
 def check_greedy(

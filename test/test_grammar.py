@@ -32,8 +32,8 @@ from sglang.srt.constrained.base_grammar_backend import (
 from sglang.srt.constrained.grammar_manager import ABORTED_MESSAGE, GrammarManager
 from sglang.srt.constrained.json_whitespace import count_whitespace_sites, rewrite_json_whitespace
 from sglang.srt.constrained.xgrammar_backend import XGrammarBackend
-from sglang.srt.managers.req import Req
-from sglang.srt.sampling.sampling_params import SamplingParams
+from sglang.srt.core.req import Req
+from sglang.srt.core.sampling_params import SamplingParams
 
 VOCAB = 49152
 NUM_SAMPLES = 100
@@ -128,7 +128,7 @@ def close_bias(tok, backend) -> Bias:
 
 
 def _req(rid: str, **grammar) -> Req:
-    return Req(rid, None, [1, 2, 3], SamplingParams(**grammar))
+    return Req(rid, [1, 2, 3], SamplingParams(**grammar))
 
 
 # ---------------------------------------------------------------------------- sampling loop

@@ -19,11 +19,16 @@ import zmq
 from prometheus_client.parser import text_string_to_metric_families
 from server_utils import generate, stream_chunks
 
-from sglang.srt.managers.io_struct import SchedulerMetrics
+from sglang.srt.core.io_struct.ipc import make_socket, recv_obj
+from sglang.srt.core.io_struct.to_tokenizer import SchedulerMetrics
+from sglang.srt.core.req import Req
+from sglang.srt.core.sampling_params import SamplingParams
+from sglang.srt.managers.scheduler.new_token_ratio import NewTokenRatio
+from sglang.srt.managers.scheduler.scheduler_state import KVPools, SchedulerState
+from sglang.srt.managers.scheduler.scheduler_stats import SchedulerStats
 from sglang.srt.metrics.collector import ServerMetricsCollector
 from sglang.srt.metrics.names import SCHEDULER_METRICS
 from sglang.srt.metrics.scheduler_reporter import SchedulerMetricsReporter
-from sglang.srt.utils.ipc import make_socket, recv_obj
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -258,19 +263,28 @@ def test_collector_skips_log_metrics_false_and_isolates_registries():
 
 
 # ---------------------------------------------------------------------------- reporter alone
-class _FakeScheduler:
-    def __init__(self):
-        self.max_total_num_tokens = 1000
-        self.allocator = types.SimpleNamespace(available_size=lambda: 700)
-        self.tree_cache = types.SimpleNamespace(evictable_size=lambda: 100)
-        self.running_batch = types.SimpleNamespace(batch_size=lambda: 2)
-        self.waiting_queue = [types.SimpleNamespace(is_retracted=True), types.SimpleNamespace(is_retracted=False)]
-        self.last_gen_throughput = 12.5
-        self.new_token_ratio = 0.4
-        self.num_retracted_total = 3
-
-    def cache_hit_rate(self) -> float:
-        return 0.25
+def _stats() -> SchedulerStats:
+    """SchedulerStats over stand-in pools and queues with known numbers."""
+    retracted, waiting = Req("a", [1], SamplingParams()), Req("b", [1], SamplingParams())
+    retracted.reset_for_retract()
+    state = SchedulerState(
+        running_batch=types.SimpleNamespace(batch_size=lambda: 2), waiting_queue=[retracted, waiting]
+    )
+    pools = KVPools(
+        req_to_token_pool=None,
+        allocator=types.SimpleNamespace(available_size=lambda: 700),
+        tree_cache=types.SimpleNamespace(evictable_size=lambda: 100),
+        max_total_num_tokens=1000,
+        page_size=1,
+        device="cpu",
+    )
+    ratio = NewTokenRatio(1.0)
+    ratio.raise_to(0.4)
+    stats = SchedulerStats(state, pools, ratio, numbers=None, decode_log_interval=40, tp_rank=0)
+    stats.last_gen_throughput = 12.5
+    stats.num_retracted_total = 3
+    stats.total_prefill_input_tokens, stats.total_prefill_cached_tokens = 30, 10
+    return stats
 
 
 @pytest.fixture
@@ -279,8 +293,8 @@ def reporter_pair(tmp_path):
     endpoint = f"ipc://{tmp_path}/metrics-{os.getpid()}"
     pull = make_socket(ctx, zmq.PULL, endpoint, True)
     push = make_socket(ctx, zmq.PUSH, endpoint, False)
-    sched = _FakeScheduler()
-    yield sched, SchedulerMetricsReporter(sched, push, "pickle", min_interval=60.0), pull
+    stats = _stats()
+    yield stats, SchedulerMetricsReporter(stats.snapshot, push, "pickle", min_interval=60.0), pull
     push.close()
     pull.close()
     ctx.term()
@@ -294,10 +308,9 @@ def _drain(pull) -> List[SchedulerMetrics]:
 
 
 def test_reporter_snapshot_and_rate_limit(reporter_pair):
-    sched, rep, pull = reporter_pair
-    rep.on_prefill(10, 5)
-    rep.on_decode_log(sched)
-    rep.on_forward(sched)  # all within min_interval: one push
+    stats, rep, pull = reporter_pair
+    for _ in range(3):
+        rep.maybe_push()  # all within min_interval: one push
     msgs = _drain(pull)
     assert len(msgs) == 1 and isinstance(msgs[0], SchedulerMetrics)
     v = msgs[0].values
@@ -309,17 +322,17 @@ def test_reporter_snapshot_and_rate_limit(reporter_pair):
 
 
 def test_reporter_idle_and_retract_push_despite_rate_limit(reporter_pair):
-    sched, rep, pull = reporter_pair
-    rep.on_prefill(1, 0)
-    rep.on_idle(sched)  # unchanged since the last push: nothing
+    stats, rep, pull = reporter_pair
+    rep.maybe_push()
+    rep.push_if_changed()  # unchanged since the last push: nothing
     assert len(_drain(pull)) == 1
-    sched.running_batch = types.SimpleNamespace(batch_size=lambda: 0)
-    sched.waiting_queue = []
-    rep.on_idle(sched)  # changed: pushed although within min_interval
-    rep.on_idle(sched)  # idle polls repeat: no spam
+    stats.state.running_batch = types.SimpleNamespace(batch_size=lambda: 0)
+    stats.state.waiting_queue = []
+    rep.push_if_changed()  # changed: pushed although within min_interval
+    rep.push_if_changed()  # idle polls repeat: no spam
     msgs = _drain(pull)
     assert len(msgs) == 1 and msgs[0].values["num_running_reqs"] == 0
-    sched.num_retracted_total = 4
-    rep.on_retract(1)
+    stats.num_retracted_total = 4
+    rep.push_now()
     msgs = _drain(pull)
     assert len(msgs) == 1 and msgs[0].values["num_retracted_requests_total"] == 4

@@ -22,7 +22,7 @@ def _path(arch, tiny_models, smollm_path):
 
 def _runner(path: str) -> ModelRunner:
     sa = ServerArgs(model_path=path, max_total_tokens=4096, max_running_requests=16)
-    return ModelRunner(ModelConfig.from_path(path), sa, "cpu", show_progress=False)
+    return ModelRunner.from_server_args(ModelConfig.from_path(path), sa, "cpu", show_progress=False)
 
 
 @pytest.fixture(scope="module")

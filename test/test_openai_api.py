@@ -21,7 +21,7 @@ from server_utils import GUARD_KEY, generate
 from sglang.srt.entrypoints.errors import to_api_error
 from sglang.srt.entrypoints.openai.choices import Choices
 from sglang.srt.entrypoints.openai.protocol import CompletionRequest
-from sglang.srt.managers.request_state import GenerateError
+from sglang.srt.managers.tokenizer.request_state import GenerateError
 
 MODEL = "SmolLM2-135M-Instruct"
 PROMPT = "The capital of France is"

@@ -10,9 +10,9 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.config import SchemathesisConfig
 
+from sglang.srt.core.generate_input import GenerateReqInput
+from sglang.srt.core.sampling_params import SamplingParams
 from sglang.srt.entrypoints.openapi_docs import GenerateBody, SamplingParamsBody
-from sglang.srt.managers.generate_input import GenerateReqInput
-from sglang.srt.sampling.sampling_params import SamplingParams
 
 
 def test_the_documented_bodies_are_the_validated_ones():

@@ -8,7 +8,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sglang.srt.model_executor.forward_batch_info import (
+from sglang.srt.core.forward_batch_info import (
     PACK_ALIGN_ELEMS,
     build_decode_batch,
     pack_host,

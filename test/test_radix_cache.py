@@ -18,13 +18,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from sglang.srt.managers.req import Req
+from sglang.srt.core.req import Req
+from sglang.srt.core.sampling_params import SamplingParams
 from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
 from sglang.srt.mem_cache.chunk_cache import ChunkCache
 from sglang.srt.mem_cache.evict_policy import POLICIES, get_eviction_key
 from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
 from sglang.srt.mem_cache.radix_cache import _CMP_BLOCK, RadixCache, TreeNode, common_prefix_len
-from sglang.srt.sampling.sampling_params import SamplingParams
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -98,7 +98,7 @@ def check_paged_values(cache: RadixCache) -> None:
 
 
 def make_req(rid: str, ids: List[int], extra_key: Optional[str] = None, priority: Optional[int] = None) -> Req:
-    return Req(rid, None, ids, SamplingParams(), extra_key=extra_key, priority=priority)
+    return Req(rid, ids, SamplingParams(), extra_key=extra_key, priority=priority)
 
 
 # ---------------------------------------------------------------------------- tree unit tests

@@ -13,12 +13,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sglang.srt.managers.generate_fields import FEATURE_OF, HINT_FIELDS, is_neutral
-from sglang.srt.managers.generate_input import GenerateReqInput
-from sglang.srt.managers.io_struct import BatchStrOutput
-from sglang.srt.managers.request_preparer import PreparedReq
-from sglang.srt.managers.request_state import ReqState
-from sglang.srt.sampling.sampling_params import SamplingParams
+from sglang.srt.core.finish_reason import FinishLength
+from sglang.srt.core.generate_fields import FEATURE_OF, HINT_FIELDS, is_neutral
+from sglang.srt.core.generate_input import GenerateReqInput
+from sglang.srt.core.io_struct.to_tokenizer import BatchStrOutput
+from sglang.srt.core.sampling_params import SamplingParams
+from sglang.srt.managers.tokenizer.request_preparer import PreparedReq
+from sglang.srt.managers.tokenizer.request_state import ReqState
 
 # Every top-level field of SGLang 0.5.23's GenerateReqInput (read off its io_struct.py).
 SGLANG_0_5_23_FIELDS = """
@@ -96,7 +97,7 @@ def _req(stream: bool = True, logprobs: bool = True, top: int = 2) -> PreparedRe
 def _batch(text: str, ids: List[int], first: bool, finished: bool, n_done: int) -> BatchStrOutput:
     return BatchStrOutput(
         rids=["r"],
-        finished_reasons=[{"type": "length", "length": n_done} if finished else None],
+        finished_reasons=[FinishLength(n_done) if finished else None],
         output_ids=[ids],
         prompt_tokens=[3],
         completion_tokens=[n_done],

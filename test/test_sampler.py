@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
+from sglang.srt.core.req import Req
+from sglang.srt.core.sampling_params import SamplingParams
 from sglang.srt.layers.sampler import apply_logit_adjustments, bits_to_uniform, sample, uniform_noise
-from sglang.srt.managers.req import Req
 from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
-from sglang.srt.sampling.sampling_params import SamplingParams
 
 V = 50
 
@@ -18,7 +18,7 @@ V = 50
 def _req(i=0, output=(), prompt=(1, 2, 3), **sp):
     p = SamplingParams(**sp)
     p.normalize(None)
-    r = Req(f"r{i}", None, list(prompt), p, eos_token_ids={0}, vocab_size=V)
+    r = Req(f"r{i}", list(prompt), p, eos_token_ids={0}, vocab_size=V)
     r.output_ids = list(output)
     r.auto_seed = 1234 + i
     return r
@@ -139,7 +139,7 @@ def test_request_finishes_with_nan_happened_on_invalid_sample():
     r = _req(0, temperature=1.0)
     r.output_ids = [0 if False else 3]
     r.check_finished(None, invalid=True)
-    assert r.finished_reason.to_json() == {"type": "stop", "matched": "NaN happened"}
+    assert r.finished_reason.to_wire() == {"type": "stop", "matched": "NaN happened"}
 
 
 @pytest.mark.parametrize(
@@ -179,7 +179,7 @@ def test_null_sampling_fields_mean_defaults_and_bad_ones_are_errors():
     """JSON null for any field is its default (it once reached verify() as None: a 500); n is bounded."""
     from dataclasses import fields
 
-    from sglang.srt.sampling.sampling_params import MAX_N, SamplingParams
+    from sglang.srt.core.sampling_params import MAX_N, SamplingParams
 
     names = SamplingParams.field_names()
     sp = SamplingParams.from_dict({name: None for name in names})

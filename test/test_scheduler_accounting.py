@@ -11,9 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sglang.srt.managers.io_struct import AbortReq, TokenizedGenerateReqInput
-from sglang.srt.managers.scheduler import Scheduler
-from sglang.srt.sampling.sampling_params import SamplingParams
+from sglang.srt.core.finish_reason import FinishLength
+from sglang.srt.core.io_struct.to_scheduler import AbortReq, TokenizedGenerateReqInput
+from sglang.srt.core.sampling_params import SamplingParams
+from sglang.srt.managers.scheduler.scheduler import Scheduler
 from sglang.srt.server_args import ServerArgs
 
 CONFIGS = {
@@ -68,10 +69,9 @@ def _submit(sched: Scheduler, spec: dict) -> str:
     stem = [10 + spec["stem"]] * spec["stem_len"]
     sp = SamplingParams(max_new_tokens=spec["max_new"], temperature=0.0)
     sp.normalize(None)
-    sched.handle_generate_request(
+    sched.intake.handle_generate_request(
         TokenizedGenerateReqInput(
             rid=rid,
-            input_text=None,
             input_ids=stem + spec["tail"],
             sampling_params=sp,
             return_logprob=spec["logprob"],
@@ -87,12 +87,12 @@ def _run(sched: Scheduler, specs) -> dict:
         for spec in specs:
             if spec["arrive"] == step:
                 rid = _submit(sched, spec)
-                reqs[rid] = sched.rid_to_req.get(rid)
+                reqs[rid] = sched.state.rid_to_req.get(rid)
                 if spec["abort_at"] is not None:
                     aborts[step + spec["abort_at"]] = aborts.get(step + spec["abort_at"], []) + [rid]
         for rid in aborts.get(step, []):
-            sched.abort_request(AbortReq(rid=rid))
-        sched.recv_and_process_requests()
+            sched.intake.abort_request(AbortReq(rid=rid))
+        sched.intake.recv_and_process_requests()
         sched.step()
         sched.invariants.check_busy()
         step += 1
@@ -115,26 +115,26 @@ def test_random_workload_keeps_kv_accounting_exact(config, specs, schedulers):
         if req is None:
             continue  # rejected at intake (finished early)
         assert req.finished(), rid
-        fr = req.finished_reason.to_json()
+        fr = req.finished_reason.to_wire()
         if fr["type"] == "length":
             assert len(req.output_ids) == req.sampling_params.max_new_tokens
         assert req.req_pool_idx is None
-    assert sched.rid_to_req == {}
-    assert sched.tree_cache.protected_size() == 0
-    total = sched.allocator.available_size() + sched.tree_cache.evictable_size()
-    assert total == sched.max_total_num_tokens
+    assert sched.state.rid_to_req == {}
+    assert sched.pools.tree_cache.protected_size() == 0
+    total = sched.pools.allocator.available_size() + sched.pools.tree_cache.evictable_size()
+    assert total == sched.pools.max_total_num_tokens
 
 
 def test_tiny_pool_retracts_and_recovers(schedulers):
     """Long outputs from many requests overflow the forecast: retraction must happen and all finish."""
     sched = schedulers("overlap")
-    before = sched.num_retracted_total
+    before = sched.stats.num_retracted_total
     specs = [
         dict(stem=0, stem_len=0, tail=[100 + i % 5] * 10, max_new=60, arrive=0, abort_at=None, logprob=False)
         for i in range(6)
     ]
     reqs = _run(sched, specs)
-    assert sched.num_retracted_total > before
+    assert sched.stats.num_retracted_total > before
     assert all(r.finished() for r in reqs.values())
-    lengths = [len(r.output_ids) for r in reqs.values() if r.finished_reason.to_json()["type"] == "length"]
+    lengths = [len(r.output_ids) for r in reqs.values() if isinstance(r.finished_reason, FinishLength)]
     assert all(n == 60 for n in lengths)

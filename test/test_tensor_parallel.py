@@ -26,7 +26,7 @@ def _greedy_logits(path: str, tp_size: int):
     from sglang.srt.utils.hf_tokenizer import get_tokenizer
 
     sa = ServerArgs(model_path=path, tp_size=tp_size, max_total_tokens=1024, max_running_requests=4)
-    runner = ModelRunner(ModelConfig.from_path(path), sa, "cpu", show_progress=False)
+    runner = ModelRunner.from_server_args(ModelConfig.from_path(path), sa, "cpu", show_progress=False)
     sb = StaticBatch(runner)
     out = sb.prefill([get_tokenizer(path).encode(TEXT)])
     logits, toks = [], []

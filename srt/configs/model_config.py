@@ -142,7 +142,7 @@ def _merge_generation_eos(model_path: str, eos_ids: List[int]) -> List[int]:
 
 
 def _from_gguf(path: str) -> ModelConfig:
-    from sglang.srt.model_loader.gguf_reader import read_gguf_metadata
+    from sglang.srt.configs.gguf_metadata import read_gguf_metadata
 
     md, tensor_names = read_gguf_metadata(path)
     arch = md["general.architecture"]

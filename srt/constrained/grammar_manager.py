@@ -28,7 +28,7 @@ from sglang.srt.constrained.base_grammar_backend import (
     grammar_key,
 )
 from sglang.srt.constrained.grammar_cache import GrammarCache, GrammarKey
-from sglang.srt.managers.req import Req
+from sglang.srt.core.req import Req
 
 ABORTED_MESSAGE = "Aborted by AbortReq."
 

@@ -10,9 +10,9 @@ import logging
 import threading
 from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Union
 
+from sglang.srt.core.generate_input import GenerateReqInput
 from sglang.srt.entrypoints.launcher import launch_subprocesses, resolve_model_paths
-from sglang.srt.managers.generate_input import GenerateReqInput
-from sglang.srt.managers.tokenizer_manager import TokenizerManager
+from sglang.srt.managers.tokenizer.tokenizer_manager import TokenizerManager
 from sglang.srt.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
@@ -28,7 +28,7 @@ class Engine:
         )
         from sglang.srt.utils.process import configure_logger
 
-        configure_logger(self.server_args)
+        configure_logger(self.server_args.log_level)
         self.runtime = launch_subprocesses(self.server_args)
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="engine-loop")

@@ -19,7 +19,7 @@ import orjson
 from fastapi.responses import Response
 from pydantic import ValidationError
 
-from sglang.srt.managers.request_state import GenerateError
+from sglang.srt.managers.tokenizer.request_state import GenerateError
 
 ERROR_TYPES = {
     400: "BadRequestError",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from sglang.srt.sampling.sampling_params import SamplingParams
+from sglang.srt.core.sampling_params import SamplingParams
 
 
 def attach_grammar_validator(tm) -> None:

@@ -17,13 +17,13 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from sglang.srt.core.generate_input import GenerateReqInput
 from sglang.srt.entrypoints.launcher import launch_subprocesses, resolve_model_paths
 from sglang.srt.entrypoints.listen_socket import bind_listen_socket
-from sglang.srt.managers.generate_input import GenerateReqInput
 from sglang.srt.server_args import ServerArgs
 
 if TYPE_CHECKING:
-    from sglang.srt.entrypoints.http_server import ServerState
+    from sglang.srt.entrypoints.server_state import ServerState
 
 logger = logging.getLogger("sglang.server")
 
@@ -37,7 +37,7 @@ def launch_server(server_args: ServerArgs) -> None:
 
     from sglang.srt.utils.process import configure_logger
 
-    configure_logger(server_args)
+    configure_logger(server_args.log_level)
     server_args = resolve_model_paths(server_args)
     sock = bind_listen_socket(server_args.host, server_args.port) if server_args.node_rank == 0 else None
     # The HTTP stack (FastAPI, transformers, xgrammar) takes seconds to import: do it while the
@@ -46,8 +46,9 @@ def launch_server(server_args: ServerArgs) -> None:
     preload.start()
     runtime = launch_subprocesses(server_args)
     preload.join()
-    from sglang.srt.entrypoints.http_server import ServerState, create_app
-    from sglang.srt.managers.tokenizer_manager import TokenizerManager
+    from sglang.srt.entrypoints.http_server import create_app
+    from sglang.srt.entrypoints.server_state import ServerState
+    from sglang.srt.managers.tokenizer.tokenizer_manager import TokenizerManager
 
     if sock is None:
         # Other nodes only run their scheduler ranks; node 0 serves HTTP and broadcasts requests.

@@ -11,19 +11,18 @@ import asyncio
 import dataclasses
 import logging
 import time
-from typing import Any, AsyncIterator, Optional
+from typing import AsyncIterator
 
-import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from sglang.srt.core.generate_input import GenerateReqInput
 from sglang.srt.entrypoints.api_key import ApiKeyMiddleware
-from sglang.srt.entrypoints.body_limits import BodyLimitMiddleware, parse_json_body
+from sglang.srt.entrypoints.body_limits import BodyLimitMiddleware
 from sglang.srt.entrypoints.errors import ApiError, bad_request, error_response, stream_error_event, to_api_error
-from sglang.srt.entrypoints.launcher import Runtime
 from sglang.srt.entrypoints.openapi_docs import (
     AbortBody,
     DetokenizeBody,
@@ -32,52 +31,15 @@ from sglang.srt.entrypoints.openapi_docs import (
     install_openapi,
     route_doc,
 )
+from sglang.srt.entrypoints.server_state import ServerState, json_response, read_json, sse, start_stream
 from sglang.srt.entrypoints.streaming import ServerStream
-from sglang.srt.managers.generate_input import GenerateReqInput
-from sglang.srt.managers.request_state import GenerateError
-from sglang.srt.managers.tokenizer_manager import TokenizerManager
-from sglang.srt.server_args import ServerArgs
+from sglang.srt.managers.tokenizer.request_state import GenerateError
+from sglang.srt.managers.tokenizer.tokenizer_manager import TokenizerManager
 
 logger = logging.getLogger("sglang.server")
 
 HEALTH_TIMEOUT_S = 20.0
 ABORT_AFTER_STREAM_S = 2.0
-
-
-class ServerState:
-    def __init__(self, server_args: ServerArgs, runtime: Runtime):
-        self.server_args = server_args
-        self.runtime = runtime
-        self.tm: Optional[TokenizerManager] = None
-        self.ready = False
-        self.shutting_down = False
-        self.failure: Optional[str] = None  # why the server is going down, if a process died
-        self.loop: Optional[asyncio.AbstractEventLoop] = None
-
-
-def json_response(obj: Any, status_code: int = 200) -> Response:
-    return Response(
-        content=orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY),
-        media_type="application/json",
-        status_code=status_code,
-    )
-
-
-async def read_json(request: Request) -> Any:
-    return parse_json_body(await request.body())
-
-
-def sse(obj: Any) -> bytes:
-    return b"data: " + orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n\n"
-
-
-async def start_stream(gen: AsyncIterator[Any]):
-    """Produce the first chunk before the 200, so validation failures become real status codes."""
-    try:
-        first = await gen.__anext__()
-    except StopAsyncIteration:
-        first = None
-    return first
 
 
 def create_app(state: ServerState) -> FastAPI:

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional
 
-from sglang.srt.managers.io_struct import SchedulerReady
+from sglang.srt.core.io_struct.to_launcher import SchedulerReady
 from sglang.srt.server_args import PortArgs, ServerArgs
 
 logger = logging.getLogger(__name__)
@@ -97,8 +97,8 @@ class Runtime:
 
 
 def launch_subprocesses(server_args: ServerArgs) -> Runtime:
-    from sglang.srt.managers.detokenizer_manager import run_detokenizer_process
-    from sglang.srt.managers.scheduler import run_scheduler_process
+    from sglang.srt.managers.detokenizer.detokenizer_manager import run_detokenizer_process
+    from sglang.srt.managers.scheduler.scheduler import run_scheduler_process
 
     ctx = mp.get_context("spawn")
     if server_args.resolved_device() == "cpu":
@@ -124,7 +124,7 @@ def launch_subprocesses(server_args: ServerArgs) -> Runtime:
                 procs.append(p)
                 readers.append(reader)
         if dp > 1:
-            from sglang.srt.managers.data_parallel_controller import run_data_parallel_controller
+            from sglang.srt.managers.data_parallel.data_parallel_controller import run_data_parallel_controller
 
             c = ctx.Process(
                 target=run_data_parallel_controller,

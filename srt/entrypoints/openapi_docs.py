@@ -16,8 +16,8 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel, ConfigDict, create_model
 
-from sglang.srt.managers.generate_input import GenerateReqInput
-from sglang.srt.sampling.sampling_params import SamplingParams
+from sglang.srt.core.generate_input import GenerateReqInput
+from sglang.srt.core.sampling_params import SamplingParams
 
 _REF = "#/components/schemas/{model}"
 

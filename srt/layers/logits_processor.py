@@ -12,7 +12,7 @@ from typing import List, Optional
 
 import torch
 
-from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+from sglang.srt.core.forward_batch_info import ForwardBatch
 
 _LOGPROB_CHUNK = 1024
 

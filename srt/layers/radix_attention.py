@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
-    from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+    from sglang.srt.core.forward_batch_info import ForwardBatch
 
 
 class RadixAttention(nn.Module):

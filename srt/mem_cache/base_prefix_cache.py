@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, List, Optional
 import torch
 
 if TYPE_CHECKING:
-    from sglang.srt.managers.req import Req
+    from sglang.srt.core.req import Req
 
 
 @dataclass

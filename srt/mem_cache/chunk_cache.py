@@ -14,7 +14,7 @@ from sglang.srt.mem_cache.base_prefix_cache import BasePrefixCache, MatchResult,
 from sglang.srt.mem_cache.radix_cache import TreeNode
 
 if TYPE_CHECKING:
-    from sglang.srt.managers.req import Req
+    from sglang.srt.core.req import Req
 
 
 class ChunkCache(BasePrefixCache):

@@ -12,7 +12,7 @@ from typing import List
 
 import torch
 
-from sglang.srt.managers.req import Req
+from sglang.srt.core.req import Req
 
 
 class OutOfMemoryError(RuntimeError):

@@ -23,7 +23,7 @@ from sglang.srt.mem_cache.base_prefix_cache import BasePrefixCache, MatchResult,
 from sglang.srt.mem_cache.evict_policy import get_eviction_key
 
 if TYPE_CHECKING:
-    from sglang.srt.managers.req import Req
+    from sglang.srt.core.req import Req
 
 # Runs are compared this many tokens at a time with C-level list equality before a per-token scan.
 _CMP_BLOCK = 64

@@ -21,6 +21,7 @@ from typing import Any, Dict, Iterable, Optional
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from sglang.srt.core.finish_reason import FinishAbort, FinishReason
 from sglang.srt.metrics import names
 
 # Bucket edges in seconds. CPU serving of a small model reaches tens of seconds under load, GPU
@@ -182,8 +183,7 @@ class ServerMetricsCollector:
             return
         meta = out["meta_info"]
         self.num_requests.inc()
-        reason = meta.get("finish_reason") or {}
-        if reason.get("type") == "abort":
+        if isinstance(FinishReason.from_wire(meta.get("finish_reason")), FinishAbort):
             self.num_aborted.inc()
             return
         self.prompt_tokens.inc(meta.get("prompt_tokens") or 0)

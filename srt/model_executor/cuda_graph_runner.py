@@ -20,8 +20,8 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 
+from sglang.srt.core.forward_batch_info import ForwardBatch, ForwardMode
 from sglang.srt.layers.logits_processor import LogitsProcessorOutput
-from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class CudaGraphRunner:
         self.runner = model_runner
         self.device = model_runner.device
         self.backend = model_runner.attn_backend
-        sa = model_runner.server_args
+        sa = model_runner.model_section
         if capture_bs is None:
             max_bs = sa.cuda_graph_max_bs
             if max_bs is None:

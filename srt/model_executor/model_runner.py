@@ -11,12 +11,13 @@ import psutil
 import torch
 
 from sglang.srt.configs.model_config import ModelConfig
+from sglang.srt.configs.sections import MemorySection, ModelSection
+from sglang.srt.core.forward_batch_info import ForwardBatch
 from sglang.srt.distributed.parallel_state import get_tp_size
 from sglang.srt.layers.logits_processor import LogitsProcessorOutput
 from sglang.srt.layers.sampler import SampleOutput, sample
 from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
-from sglang.srt.model_executor.forward_batch_info import ForwardBatch
 from sglang.srt.model_loader.loader import load_model
 from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
 from sglang.srt.server_args import ServerArgs
@@ -38,33 +39,41 @@ class PoolSizes:
 
 
 class ModelRunner:
+    @classmethod
+    def from_server_args(
+        cls, model_config: ModelConfig, sa: ServerArgs, device: str, gpu_id: int = 0, show_progress: bool = True
+    ) -> "ModelRunner":
+        return cls(model_config, ModelSection.of(sa), MemorySection.of(sa), device, gpu_id, show_progress)
+
     def __init__(
         self,
         model_config: ModelConfig,
-        server_args: ServerArgs,
+        model: ModelSection,
+        memory: MemorySection,
         device: str,
         gpu_id: int = 0,
         show_progress: bool = True,
     ):
         self.model_config = model_config
-        self.server_args = server_args
+        self.model_section = model
+        self.memory_section = memory
         self.device = device
         self.gpu_id = gpu_id
         self.tp_size = get_tp_size()
-        self.dtype = model_config.resolve_dtype(server_args.dtype, device)
-        self.page_size = server_args.page_size
+        self.dtype = model_config.resolve_dtype(model.dtype, device)
+        self.page_size = memory.page_size
         if device == "cuda":
-            configure_cublas_workspace(server_args.cublas_workspace_kib)
+            configure_cublas_workspace(model.cublas_workspace_kib)
             torch.cuda.set_device(gpu_id)
             jit_watch.install()
         self._pre_load_free = self._free_memory()
         t0 = time.perf_counter()
         self.model = load_model(
             model_config,
-            server_args.load_format,
+            model.load_format,
             self.dtype,
             device,
-            seed=server_args.random_seed or 0,
+            seed=model.random_seed,
             show_progress=show_progress,
         )
         self.load_time = time.perf_counter() - t0
@@ -77,7 +86,7 @@ class ModelRunner:
         self.attn_backend = self._make_attn_backend()
         self.fused_ops = self._bind_fused_ops()
         self.graph_runner = None
-        if device == "cuda" and not server_args.disable_cuda_graph and self.attn_backend.supports_cuda_graph:
+        if device == "cuda" and not model.disable_cuda_graph and self.attn_backend.supports_cuda_graph:
             from sglang.srt.model_executor.cuda_graph_runner import CudaGraphRunner
 
             self.graph_runner = CudaGraphRunner(self)
@@ -103,7 +112,7 @@ class ModelRunner:
         return psutil.virtual_memory().available
 
     def _kv_dtype(self) -> torch.dtype:
-        k = self.server_args.kv_cache_dtype
+        k = self.memory_section.kv_cache_dtype
         if k == "auto":
             return self.dtype
         if k == "fp8_e4m3":
@@ -120,21 +129,21 @@ class ModelRunner:
         return sum(p.numel() * p.element_size() for p in self.model.parameters())
 
     def _size_pools(self) -> PoolSizes:
-        sa = self.server_args
+        mem = self.memory_section
         post_free = self._free_memory()
         if self.device == "cuda":
             # mem_fraction_static = (weights + KV pool) / device memory: the KV pool gets what is free
             # after loading minus the reserve (1 - fraction) x total kept for activations and graphs.
             total = torch.cuda.get_device_properties(self.gpu_id).total_memory
-            frac = sa.mem_fraction_static or default_mem_fraction(total, sa)
+            frac = mem.mem_fraction_static or default_mem_fraction(total, mem, self.model_section)
             rest = post_free - total * (1 - frac)
         else:
-            frac = sa.mem_fraction_static or CPU_DEFAULT_KV_FRACTION
+            frac = mem.mem_fraction_static or CPU_DEFAULT_KV_FRACTION
             rest = post_free * frac
         self.mem_fraction = frac
         tokens = int(max(rest, 0) // self.cell_size())
-        if sa.max_total_tokens is not None:
-            tokens = sa.max_total_tokens if self.device == "cpu" else min(tokens, sa.max_total_tokens)
+        if mem.max_total_tokens is not None:
+            tokens = mem.max_total_tokens if self.device == "cpu" else min(tokens, mem.max_total_tokens)
         tokens = tokens // self.page_size * self.page_size
         if tokens < 16:
             raise RuntimeError(
@@ -143,8 +152,8 @@ class ModelRunner:
             )
         ctx = self.model_config.context_len
         estimated = int(min(max(tokens / ctx * 512, 2048), 4096))
-        if sa.max_running_requests:
-            max_running = min(sa.max_running_requests, estimated)
+        if mem.max_running_requests:
+            max_running = min(mem.max_running_requests, estimated)
         else:
             max_running = max(1, min(estimated, tokens // 2))
         return PoolSizes(tokens, max_running, post_free / GB)
@@ -168,7 +177,7 @@ class ModelRunner:
 
     # ------------------------------------------------------------------ kernels
     def _make_attn_backend(self):
-        name = self.server_args.resolved_attention_backend()
+        name = self.model_section.attention_backend
         if name == "torch_native":
             from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
 
@@ -179,12 +188,6 @@ class ModelRunner:
             from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
 
             return TritonAttnBackend(self)
-        if name == "flashinfer":
-            try:
-                from sglang.srt.layers.attention.flashinfer_backend import FlashInferAttnBackend
-            except ImportError as e:
-                raise ValueError(f"--attention-backend flashinfer is not available here: {e}") from e
-            return FlashInferAttnBackend(self)
         raise ValueError(f"unknown attention backend {name}")
 
     def _bind_fused_ops(self) -> Optional[dict]:
@@ -196,7 +199,7 @@ class ModelRunner:
         except ImportError as e:
             logger.warning("fused ops unavailable, using torch: %s", e)
             return None
-        sa = self.server_args
+        sa = self.model_section
         sm90 = torch.cuda.get_device_capability(self.gpu_id)[0] >= 9
         mode = {"triton": "all", "cublas": "cublas", "auto": "measured" if sm90 else "cublas"}[sa.skinny_matmul]
         return bind_fused_ops(skinny_matmul=mode, pdl=not sa.disable_pdl)
@@ -223,11 +226,11 @@ class ModelRunner:
         return sample(logits_output.next_token_logits, info, return_logprob, top_logprobs_nums)
 
 
-def default_mem_fraction(total_bytes: int, sa: ServerArgs) -> float:
+def default_mem_fraction(total_bytes: int, mem: MemorySection, model: ModelSection) -> float:
     """Weights + KV over device memory, leaving a reserve for activations and graphs."""
     gb = total_bytes / GB
-    chunk = default_chunked_prefill_size(gb) if sa.chunked_prefill_size is None else max(sa.chunked_prefill_size, 0)
-    reserved = 0.5 + 1.5 * chunk / 1024 + (4.0 if not sa.disable_cuda_graph else 0.0)
+    chunk = default_chunked_prefill_size(gb) if mem.chunked_prefill_size is None else max(mem.chunked_prefill_size, 0)
+    reserved = 0.5 + 1.5 * chunk / 1024 + (4.0 if not model.disable_cuda_graph else 0.0)
     if gb > 60:
         reserved = max(reserved, 10.0)
     return round((gb - reserved) / gb, 3)

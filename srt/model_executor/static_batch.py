@@ -10,8 +10,8 @@ from typing import List, Optional, Union
 
 import torch
 
+from sglang.srt.core.forward_batch_info import ForwardBatch, build_decode_batch, build_extend_batch
 from sglang.srt.layers.logits_processor import LogitsProcessorOutput
-from sglang.srt.model_executor.forward_batch_info import ForwardBatch, build_decode_batch, build_extend_batch
 from sglang.srt.model_executor.model_runner import ModelRunner
 
 

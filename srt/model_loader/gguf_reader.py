@@ -6,16 +6,14 @@ for its interleaved rotary layout; we undo that so the weights match HF's rotate
 
 from __future__ import annotations
 
-import functools
-import json
 import logging
 import os
-from typing import Any, Dict, Iterator, Set, Tuple
+from typing import Dict, Iterator, Tuple
 
 import numpy as np
 import torch
 
-from sglang.srt.utils.file_cache import cache_dir
+from sglang.srt.configs.gguf_metadata import gguf_cache_dir, gguf_reader, read_gguf_metadata
 
 logger = logging.getLogger(__name__)
 
@@ -39,55 +37,6 @@ _TOP_MAP = {
 }
 
 
-# Parsing a GGUF header (its vocabulary arrays) takes seconds and dequantising more; every server
-# start and test needs both, so the results are cached on disk by content (utils/file_cache.py).
-
-
-def _cache_dir(path: str) -> str:
-    return cache_dir("gguf", path)
-
-
-@functools.lru_cache(maxsize=4)
-def _reader(path: str):
-    import gguf
-
-    return gguf.GGUFReader(path)
-
-
-def read_gguf_metadata(path: str) -> Tuple[Dict[str, Any], Set[str]]:
-    cached = os.path.join(_cache_dir(path), "metadata.json")
-    if os.path.exists(cached):
-        with open(cached) as f:
-            d = json.load(f)
-        return d["metadata"], set(d["tensors"])
-    reader = _reader(path)
-    md: Dict[str, Any] = {}
-    for name, f in reader.fields.items():
-        if name.startswith("tokenizer.ggml.") and name not in (
-            "tokenizer.ggml.eos_token_id",
-            "tokenizer.ggml.bos_token_id",
-            "tokenizer.ggml.model",
-        ):
-            continue  # the vocabulary is large and read by the tokenizer loader instead
-        try:
-            val = f.contents()
-            json.dumps(val)
-        except Exception:  # noqa: BLE001 - pragma: no cover - exotic field types we do not need
-            continue
-        md[name] = val
-    names = [t.name for t in reader.tensors]
-    _atomic_write_json(cached, {"metadata": md, "tensors": names})
-    return md, set(names)
-
-
-def _atomic_write_json(path: str, obj: Any) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(obj, f)
-    os.replace(tmp, path)
-
-
 def hf_name(gguf_name: str) -> str:
     if gguf_name in _TOP_MAP:
         return _TOP_MAP[gguf_name]
@@ -107,7 +56,7 @@ def _unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
 
 def iterate_gguf_weights(path: str, n_head: int, n_kv_head: int, arch: str) -> Iterator[Tuple[str, torch.Tensor]]:
     """Yield (hf_name, float32 tensor) for every tensor in the file (from the dequantised cache if present)."""
-    cached = os.path.join(_cache_dir(path), "weights.safetensors")
+    cached = os.path.join(gguf_cache_dir(path), "weights.safetensors")
     if os.path.exists(cached):
         from safetensors import safe_open
 
@@ -130,7 +79,7 @@ def iterate_gguf_weights(path: str, n_head: int, n_kv_head: int, arch: str) -> I
 def _dequantize_all(path: str, n_head: int, n_kv_head: int, arch: str) -> Iterator[Tuple[str, torch.Tensor]]:
     import gguf
 
-    for t in _reader(path).tensors:
+    for t in gguf_reader(path).tensors:
         arr = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
         name = hf_name(t.name)
         if arch == "llama":

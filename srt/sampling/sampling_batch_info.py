@@ -15,7 +15,7 @@ import torch
 from sglang.srt.utils.device_copy import to_device
 
 if TYPE_CHECKING:
-    from sglang.srt.managers.req import Req
+    from sglang.srt.core.req import Req
 
 
 @dataclass

@@ -13,11 +13,9 @@ from typing import Optional
 
 import psutil
 
-from sglang.srt.server_args import ServerArgs
 
-
-def configure_logger(server_args: ServerArgs, prefix: str = "") -> None:
-    level = getattr(logging, server_args.log_level.upper(), logging.INFO)
+def configure_logger(log_level: str, prefix: str = "") -> None:
+    level = getattr(logging, log_level.upper(), logging.INFO)
     fmt = f"[%(asctime)s{prefix}] %(message)s"
     root = logging.getLogger()
     for h in list(root.handlers):

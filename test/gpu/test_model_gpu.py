@@ -40,7 +40,7 @@ def _runner(path: str, device: str, dtype: str = "auto", kv: str = "auto", graph
         cuda_graph_max_bs=16,
         disable_cuda_graph=not graphs,
     )
-    return ModelRunner(ModelConfig.from_path(path), sa, device, show_progress=False)
+    return ModelRunner.from_server_args(ModelConfig.from_path(path), sa, device, show_progress=False)
 
 
 _CACHE: Dict[tuple, object] = {}

@@ -93,7 +93,7 @@ class _Setup:
 
 
 def _extend_batch(s: _Setup, prefix: List[int], ext: List[int]):
-    from sglang.srt.model_executor.forward_batch_info import build_extend_batch
+    from sglang.srt.core.forward_batch_info import build_extend_batch
 
     rows = s.layout([p + e for p, e in zip(prefix, ext)])
     locs = torch.cat([s.r2t.read(r, p, p + e) for r, p, e in zip(rows, prefix, ext)])
@@ -102,7 +102,7 @@ def _extend_batch(s: _Setup, prefix: List[int], ext: List[int]):
 
 
 def _decode_batch(s: _Setup, seq_lens: List[int]):
-    from sglang.srt.model_executor.forward_batch_info import build_decode_batch
+    from sglang.srt.core.forward_batch_info import build_decode_batch
 
     rows = s.layout(seq_lens)
     locs = torch.stack([s.r2t.read(r, n - 1, n)[0] for r, n in zip(rows, seq_lens)])

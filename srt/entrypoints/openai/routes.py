@@ -10,12 +10,12 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from sglang.srt.entrypoints.errors import error_response
-from sglang.srt.entrypoints.http_server import ServerState, json_response
 from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest
 from sglang.srt.entrypoints.openai.serving_chat import OpenAIServingChat
 from sglang.srt.entrypoints.openai.serving_completions import OpenAIServingCompletion
 from sglang.srt.entrypoints.openai.serving_models import ModelRegistry
 from sglang.srt.entrypoints.openapi_docs import route_doc
+from sglang.srt.entrypoints.server_state import ServerState, json_response
 
 
 def add_openai_routes(app: FastAPI, state: ServerState) -> None:

@@ -21,18 +21,18 @@ from fastapi import Request
 from fastapi.responses import Response
 from pydantic import BaseModel
 
+from sglang.srt.core.finish_reason import FinishAbort, FinishReason
+from sglang.srt.core.generate_input import GenerateReqInput
 from sglang.srt.entrypoints.errors import ApiError, error_response, stream_error_event, to_api_error
-from sglang.srt.entrypoints.http_server import ServerState, json_response, read_json, sse, start_stream
 from sglang.srt.entrypoints.openai.choices import Choices, ChoiceState, Delta
 from sglang.srt.entrypoints.openai.serving_models import ModelRegistry
+from sglang.srt.entrypoints.server_state import ServerState, json_response, read_json, sse, start_stream
 from sglang.srt.entrypoints.streaming import ServerStream
-from sglang.srt.managers.generate_input import GenerateReqInput
-from sglang.srt.managers.request_state import GenerateError
-from sglang.srt.managers.tokenizer_manager import TokenizerManager
+from sglang.srt.managers.tokenizer.request_state import GenerateError
+from sglang.srt.managers.tokenizer.tokenizer_manager import TokenizerManager
 
 logger = logging.getLogger(__name__)
 
-_FINISH = {"stop": "stop", "length": "length"}
 _DONE = b"data: [DONE]\n\n"
 
 # Abort tasks spawned while a stream is torn down; held so they are not garbage-collected early.
@@ -54,12 +54,12 @@ class Job:
 
 def openai_finish_reason(fr: Optional[Dict[str, Any]]) -> Optional[str]:
     """stop / length; an abort is never a finish reason here, it is an error."""
-    if fr is None:
+    reason = FinishReason.from_wire(fr)
+    if reason is None:
         return None
-    kind = fr.get("type")
-    if kind == "abort":
-        raise ApiError(int(fr.get("status_code") or 500), fr.get("message") or "The request was aborted.")
-    return _FINISH.get(kind, "stop")
+    if isinstance(reason, FinishAbort):
+        raise ApiError(int(reason.status_code or 500), reason.message or "The request was aborted.")
+    return reason.openai_reason
 
 
 def new_rids(count: int) -> List[str]:

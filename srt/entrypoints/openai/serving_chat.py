@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
+from sglang.srt.core.generate_input import GenerateReqInput
 from sglang.srt.entrypoints.errors import ApiError
 from sglang.srt.entrypoints.openai.chat_template import render_chat_prompt
 from sglang.srt.entrypoints.openai.choices import Choices, ChoiceState, Delta
@@ -11,7 +12,6 @@ from sglang.srt.entrypoints.openai.logprobs import chat_logprobs
 from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest
 from sglang.srt.entrypoints.openai.sampling import build_sampling_params
 from sglang.srt.entrypoints.openai.serving_base import Job, OpenAIServingBase, new_rids, openai_finish_reason
-from sglang.srt.managers.generate_input import GenerateReqInput
 
 
 class OpenAIServingChat(OpenAIServingBase):

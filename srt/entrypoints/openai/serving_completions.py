@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Union
 
+from sglang.srt.core.generate_input import GenerateReqInput
 from sglang.srt.entrypoints.errors import ApiError
 from sglang.srt.entrypoints.openai.choices import Choices, ChoiceState, Delta
 from sglang.srt.entrypoints.openai.logprobs import completion_logprobs
 from sglang.srt.entrypoints.openai.protocol import CompletionRequest
 from sglang.srt.entrypoints.openai.sampling import build_sampling_params
 from sglang.srt.entrypoints.openai.serving_base import Job, OpenAIServingBase, new_rids, openai_finish_reason
-from sglang.srt.managers.generate_input import GenerateReqInput
 
 Prompt = Union[str, List[int]]
 

@@ -12,7 +12,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from sglang.srt.entrypoints.errors import ApiError
-from sglang.srt.entrypoints.http_server import ServerState
+from sglang.srt.entrypoints.server_state import ServerState
 
 # The name tools send when they do not know the served one.
 DEFAULT_MODEL_NAME = "default"

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Optional
 import torch
 
 if TYPE_CHECKING:
+    from sglang.srt.core.forward_batch_info import ForwardBatch
     from sglang.srt.layers.radix_attention import RadixAttention
-    from sglang.srt.model_executor.forward_batch_info import ForwardBatch
 
 
 @dataclass

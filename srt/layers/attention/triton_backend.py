@@ -31,8 +31,8 @@ from sglang.srt.layers.attention.triton_ops.extend_attention import extend_atten
 from sglang.srt.layers.triton_ops.kv_store import store_kv
 
 if TYPE_CHECKING:
+    from sglang.srt.core.forward_batch_info import ForwardBatch
     from sglang.srt.layers.radix_attention import RadixAttention
-    from sglang.srt.model_executor.forward_batch_info import ForwardBatch
 
 # Most splits of one request's KV in decode. 16 lets a single long request spread over
 # 16 x kv-head programs, enough to fill an H200 at batch 1 with 8 kv heads (128 programs).

@@ -125,13 +125,6 @@ def race_argmax(probs: torch.Tensor, row_hash: torch.Tensor, block: int = 1024) 
     return best_idx.gather(1, pick).squeeze(1).to(torch.int64)
 
 
-def race_argmax_ref(probs: torch.Tensor, row_hash: torch.Tensor) -> torch.Tensor:
-    """The torch twin: the sampler's own torch path."""
-    from sglang.srt.layers.sampler import race_argmax_torch
-
-    return race_argmax_torch(probs.float(), row_hash)
-
-
 # ------------------------------------------------------------------------------------------ greedy
 @triton.jit(do_not_specialize=["vocab", "span"])
 def _greedy_partial_kernel(

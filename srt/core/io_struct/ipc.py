@@ -23,7 +23,7 @@ def make_socket(ctx: zmq.Context, kind: int, endpoint: str, bind: bool) -> zmq.S
 
 def dumps(obj: Any, serializer: str = "pickle") -> bytes:
     if serializer == "msgpack":
-        from sglang.srt.utils.msgpack_codec import encode
+        from sglang.srt.core.io_struct.codec import encode
 
         return encode(obj)
     return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
@@ -31,7 +31,7 @@ def dumps(obj: Any, serializer: str = "pickle") -> bytes:
 
 def loads(data: bytes, serializer: str = "pickle") -> Any:
     if serializer == "msgpack":
-        from sglang.srt.utils.msgpack_codec import decode
+        from sglang.srt.core.io_struct.codec import decode
 
         return decode(data)
     return pickle.loads(data)

@@ -18,6 +18,7 @@ import torch
 
 from sglang.srt.layers.logits_processor import LogitsProcessorOutput
 from sglang.srt.layers.sampler import SampleOutput
+from sglang.srt.managers.scheduler.loop_profiler import LoopProfiler
 
 
 class FutureMap:
@@ -71,45 +72,55 @@ class PendingResult:
         return self._value
 
 
-def _to_host(logits_out: LogitsProcessorOutput, sample_out: SampleOutput, return_logprob: bool) -> dict:
-    """Start device->host copies (non-blocking on CUDA); the dict holds host tensors."""
+@dataclass
+class HostCopies:
+    """A pass's outputs being copied to the host (pinned buffers, non-blocking on CUDA)."""
 
-    def cp(t):
-        if t is None:
-            return None
-        if t.is_cuda:
+    next_token_ids: torch.Tensor
+    invalid: Optional[torch.Tensor]
+    next_token_ids_device: torch.Tensor  # the same ids left on the device (the plain loop's next input)
+    next_token_logprobs: Optional[torch.Tensor] = None
+    top_logprobs_val: Optional[torch.Tensor] = None
+    top_logprobs_idx: Optional[torch.Tensor] = None
+    input_token_logprobs: Optional[torch.Tensor] = None
+    input_top_logprobs_val: Optional[torch.Tensor] = None
+    input_top_logprobs_idx: Optional[torch.Tensor] = None
+
+    @classmethod
+    def start(cls, logits_out: LogitsProcessorOutput, sample_out: SampleOutput, return_logprob: bool) -> "HostCopies":
+        def cp(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+            if t is None or not t.is_cuda:
+                return t
             host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
             host.copy_(t, non_blocking=True)
             return host
-        return t
 
-    out = {"ids": cp(sample_out.next_token_ids), "invalid": cp(sample_out.invalid)}
-    if return_logprob:
-        out.update(
-            lp=cp(sample_out.next_token_logprobs),
-            tv=cp(sample_out.top_logprobs_val),
-            ti=cp(sample_out.top_logprobs_idx),
-            ilp=cp(logits_out.input_token_logprobs),
-            itv=cp(logits_out.input_top_logprobs_val),
-            iti=cp(logits_out.input_top_logprobs_idx),
+        out = cls(cp(sample_out.next_token_ids), cp(sample_out.invalid), sample_out.next_token_ids)
+        if return_logprob:
+            out.next_token_logprobs = cp(sample_out.next_token_logprobs)
+            out.top_logprobs_val = cp(sample_out.top_logprobs_val)
+            out.top_logprobs_idx = cp(sample_out.top_logprobs_idx)
+            out.input_token_logprobs = cp(logits_out.input_token_logprobs)
+            out.input_top_logprobs_val = cp(logits_out.input_top_logprobs_val)
+            out.input_top_logprobs_idx = cp(logits_out.input_top_logprobs_idx)
+        return out
+
+    def to_result(self) -> GenerationResult:
+        """Host lists; call once the copies are complete."""
+
+        def tl(t: Optional[torch.Tensor]) -> Optional[list]:
+            return None if t is None else t.tolist()
+
+        return GenerationResult(
+            next_token_ids=self.next_token_ids.tolist(),
+            invalid=self.invalid.tolist() if self.invalid is not None else [],
+            next_token_logprobs=tl(self.next_token_logprobs),
+            top_logprobs_val=tl(self.top_logprobs_val),
+            top_logprobs_idx=tl(self.top_logprobs_idx),
+            input_token_logprobs=tl(self.input_token_logprobs),
+            input_top_logprobs_val=tl(self.input_top_logprobs_val),
+            input_top_logprobs_idx=tl(self.input_top_logprobs_idx),
         )
-    return out
-
-
-def _to_result(h: dict) -> GenerationResult:
-    def tl(t):
-        return None if t is None else t.tolist()
-
-    return GenerationResult(
-        next_token_ids=h["ids"].tolist(),
-        invalid=h["invalid"].tolist() if h["invalid"] is not None else [],
-        next_token_logprobs=tl(h.get("lp")),
-        top_logprobs_val=tl(h.get("tv")),
-        top_logprobs_idx=tl(h.get("ti")),
-        input_token_logprobs=tl(h.get("ilp")),
-        input_top_logprobs_val=tl(h.get("itv")),
-        input_top_logprobs_idx=tl(h.get("iti")),
-    )
 
 
 @dataclass
@@ -123,10 +134,8 @@ class ForwardHandle:
 class BatchLauncher:
     """Runs forward + sample for a ForwardBatch, now (plain loop) or ahead (overlap loop)."""
 
-    def __init__(self, model_runner, future_map: Optional[FutureMap], overlap: bool, prof=None):
-        from sglang.srt.managers.loop_profiler import LoopProfiler
-
-        self.prof = prof or LoopProfiler()
+    def __init__(self, model_runner, future_map: Optional[FutureMap], overlap: bool, prof: LoopProfiler):
+        self.prof = prof
         self.runner = model_runner
         self.future_map = future_map
         self.overlap = overlap
@@ -168,19 +177,18 @@ class BatchLauncher:
         if self._pool is not None:
             # One worker thread: this runs after the forward it reads, whatever was queued between.
             fut = self._pool.submit(lambda: self._sample(handle.future.result(), *args))
-            return PendingResult(lambda: _to_result({k: v for k, v in fut.result().items() if k != "ids_dev"}))
+            return PendingResult(lambda: fut.result().to_result())
         host = self._sample(handle.logits, *args)
-        ids_dev = host.pop("ids_dev")
         if self.device == "cuda":
             event = torch.cuda.Event()
             event.record()
 
             def wait() -> GenerationResult:
                 event.synchronize()
-                return _to_result(host)
+                return host.to_result()
 
-            return PendingResult(wait, ids_dev)
-        return PendingResult(lambda: _to_result(host), ids_dev)
+            return PendingResult(wait, host.next_token_ids_device)
+        return PendingResult(host.to_result, host.next_token_ids_device)
 
     def _forward(self, fb) -> LogitsProcessorOutput:
         with torch.no_grad(), self.prof.phase("c.forward"):
@@ -188,7 +196,7 @@ class BatchLauncher:
                 fb.input_ids = self.future_map.resolve(fb.input_ids)
             return self.runner.forward(fb)
 
-    def _sample(self, logits_out, sampling_info, return_logprob, top_logprobs_nums, future_indices) -> dict:
+    def _sample(self, logits_out, sampling_info, return_logprob, top_logprobs_nums, future_indices) -> HostCopies:
         p = self.prof
         with torch.no_grad():
             with p.phase("c.sample"):
@@ -196,9 +204,7 @@ class BatchLauncher:
             if self.future_map is not None and future_indices is not None:
                 self.future_map.store(future_indices.to(self.device, non_blocking=True), sample_out.next_token_ids)
             with p.phase("c.host"):
-                host = _to_host(logits_out, sample_out, return_logprob)
-            host["ids_dev"] = sample_out.next_token_ids
-            return host
+                return HostCopies.start(logits_out, sample_out, return_logprob)
 
     def shutdown(self) -> None:
         if self._pool is not None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 
+from sglang.srt.managers.scheduler.scheduler_state import KVPools, SchedulerState
+
 logger = logging.getLogger("sglang.scheduler")
 
 
@@ -14,64 +16,64 @@ class MemoryLeakError(RuntimeError):
 
 
 class InvariantChecker:
-    def __init__(self, scheduler):
-        self.s = scheduler
+    def __init__(self, pools: KVPools, state: SchedulerState, strict: bool):
+        self.pools = pools
+        self.state = state
+        self.strict = strict
         self.num_checks = 0
         self._last_ok_state = None
 
-    def state(self) -> tuple:
-        s = self.s
+    def pool_state(self) -> tuple:
+        p = self.pools
         return (
-            s.allocator.available_size(),
-            s.tree_cache.evictable_size(),
-            s.tree_cache.protected_size(),
-            s.req_to_token_pool.available_size(),
+            p.allocator.available_size(),
+            p.tree_cache.evictable_size(),
+            p.tree_cache.protected_size(),
+            p.req_to_token_pool.available_size(),
         )
 
     def check_idle(self) -> None:
-        st = self.state()
+        st = self.pool_state()
         if st == self._last_ok_state:
             return  # nothing moved since the last passing check
-        s = self.s
+        p, total = self.pools, self.pools.max_total_num_tokens
         avail, evictable, protected, free_rows = st
         self.num_checks += 1
         problems = []
-        if avail + evictable + protected != s.max_total_num_tokens:
-            problems.append(
-                f"available {avail} + evictable {evictable} + protected {protected} != total {s.max_total_num_tokens}"
-            )
+        if avail + evictable + protected != total:
+            problems.append(f"available {avail} + evictable {evictable} + protected {protected} != total {total}")
         if protected != 0:
             problems.append(f"protected {protected} != 0 with no running request")
-        if free_rows != s.req_to_token_pool.size:
-            problems.append(f"free request rows {free_rows} != {s.req_to_token_pool.size}")
-        if s.rid_to_req:
-            problems.append(f"{len(s.rid_to_req)} request states left: {list(s.rid_to_req)[:4]}")
+        if free_rows != p.req_to_token_pool.size:
+            problems.append(f"free request rows {free_rows} != {p.req_to_token_pool.size}")
+        if self.state.rid_to_req:
+            left = self.state.rid_to_req
+            problems.append(f"{len(left)} request states left: {list(left)[:4]}")
         if not problems:
             self._last_ok_state = st
             return
         msg = "KV cache memory leak detected! " + "; ".join(problems)
         logger.error(msg)
-        if s.server_args.strict_memory_check:
+        if self.strict:
             raise MemoryLeakError(msg)
 
     def check_busy(self) -> None:
         """Mid-flight: every slot is free, in the tree, or owned by exactly one live request."""
-        s = self.s
-        ps = s.page_size
+        total, ps = self.pools.max_total_num_tokens, self.pools.page_size
         owned = 0
-        for r in s.rid_to_req.values():
+        for r in self.state.rid_to_req.values():
             if r.req_pool_idx is not None:
                 owned += (r.kv_allocated_len + ps - 1) // ps * ps - r.cache_protected_len
-        avail, evictable, protected, _ = self.state()
-        if avail + evictable + protected + owned != s.max_total_num_tokens:
+        avail, evictable, protected, _ = self.pool_state()
+        if avail + evictable + protected + owned != total:
             holders = [
                 (r.rid, r.kv_allocated_len, r.kv_committed_len, r.cache_protected_len)
-                for r in s.rid_to_req.values()
+                for r in self.state.rid_to_req.values()
                 if r.req_pool_idx is not None
             ]
             msg = (
                 f"KV accounting broken mid-flight: available {avail} + evictable {evictable} + protected "
-                f"{protected} + owned {owned} != total {s.max_total_num_tokens}; holders {holders[:8]}"
+                f"{protected} + owned {owned} != total {total}; holders {holders[:8]}"
             )
             logger.error(msg)
             raise MemoryLeakError(msg)

@@ -13,9 +13,10 @@ from typing import Dict, List
 
 import zmq
 
-from sglang.srt.managers.io_struct import DPLoad, TokenizedGenerateReqInput
+from sglang.srt.core.io_struct.ipc import make_socket, recv_obj, send_obj
+from sglang.srt.core.io_struct.to_dp_controller import DPLoad
+from sglang.srt.core.io_struct.to_scheduler import TokenizedGenerateReqInput
 from sglang.srt.server_args import PortArgs, ServerArgs
-from sglang.srt.utils.ipc import make_socket, recv_obj, send_obj
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ class LoadBalancer:
 def run_data_parallel_controller(server_args: ServerArgs, port_args: PortArgs, replicas: List[PortArgs]) -> None:
     from sglang.srt.utils.process import configure_logger, kill_self_when_parent_dies
 
-    configure_logger(server_args, prefix=" DP")
+    configure_logger(server_args.log_level, prefix=" DP")
     kill_self_when_parent_dies(cleanup_dir=port_args.ipc_dir)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)

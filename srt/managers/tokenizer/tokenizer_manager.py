@@ -22,27 +22,30 @@ from typing import Any, AsyncIterator, Dict, List, Optional
 import zmq
 import zmq.asyncio
 
-from sglang.srt.managers.generate_input import GenerateReqInput
-from sglang.srt.managers.input_limits import InputLimits
-from sglang.srt.managers.io_struct import (
+from sglang.srt.core.finish_reason import FinishAbort, FinishReason
+from sglang.srt.core.generate_input import GenerateReqInput
+from sglang.srt.core.input_limits import InputLimits
+from sglang.srt.core.io_struct.batch_output import map_common
+from sglang.srt.core.io_struct.ipc import dumps, loads, make_socket
+from sglang.srt.core.io_struct.to_detokenizer import BatchTokenIDOutput
+from sglang.srt.core.io_struct.to_launcher import SchedulerReady
+from sglang.srt.core.io_struct.to_scheduler import (
     AbortReq,
-    BatchStrOutput,
-    BatchTokenIDOutput,
-    DetokenizerError,
     FlushCacheReqInput,
-    FlushCacheReqOutput,
     GetInternalStateReq,
+    TokenizedGenerateReqInput,
+)
+from sglang.srt.core.io_struct.to_tokenizer import (
+    BatchStrOutput,
+    DetokenizerError,
+    FlushCacheReqOutput,
     GetInternalStateReqOutput,
     SchedulerMetrics,
-    SchedulerReady,
-    TokenizedGenerateReqInput,
-    map_common,
 )
-from sglang.srt.managers.request_preparer import PreparedReq, RequestPreparer
-from sglang.srt.managers.request_state import GenerateError, ReqState
+from sglang.srt.managers.tokenizer.request_preparer import PreparedReq, RequestPreparer
+from sglang.srt.managers.tokenizer.request_state import GenerateError, ReqState
 from sglang.srt.server_args import PortArgs, ServerArgs
 from sglang.srt.utils.hf_tokenizer import get_tokenizer
-from sglang.srt.utils.ipc import dumps, loads, make_socket
 
 __all__ = ["GenerateError", "TokenizerManager"]
 
@@ -284,7 +287,6 @@ class TokenizerManager:
     def _tokenized(p: PreparedReq) -> TokenizedGenerateReqInput:
         return TokenizedGenerateReqInput(
             rid=p.rid,
-            input_text=p.text,
             input_ids=p.input_ids,
             sampling_params=p.sp,
             return_logprob=p.return_logprob,
@@ -359,11 +361,11 @@ class TokenizerManager:
 
     @staticmethod
     def _raise_for_abort(out: Dict[str, Any], yielded: bool) -> None:
-        fr = out["meta_info"].get("finish_reason") or {}
-        if fr.get("type") != "abort":
+        fr = FinishReason.from_wire(out["meta_info"].get("finish_reason"))
+        if not isinstance(fr, FinishAbort):
             return
-        status = fr.get("status_code")
-        msg = fr.get("message") or "Request aborted."
+        status = fr.status_code
+        msg = fr.message or "Request aborted."
         if status == 400 and not yielded:
             raise ValueError(msg)
         if status in (500, 503) and not yielded:

@@ -14,11 +14,17 @@ import copy
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, List, Optional
 
-from sglang.srt.managers.generate_input import GenerateReqInput
-from sglang.srt.managers.input_limits import InputLimits
-from sglang.srt.sampling.sampling_params import SamplingParams
+from sglang.srt.core.generate_input import GenerateItem, GenerateReqInput
+from sglang.srt.core.input_limits import InputLimits
+from sglang.srt.core.sampling_params import SamplingParams
+from sglang.srt.managers.tokenizer.validation import (
+    check_input_ids,
+    check_logprob_start_len,
+    check_prompt_chars,
+    check_top_logprobs_num,
+)
 
 
 @dataclass
@@ -92,73 +98,45 @@ class RequestPreparer:
             tok = self._local.tok = copy.deepcopy(self.tokenizer)
         return tok
 
-    def prepare(self, item: Dict[str, Any], obj: GenerateReqInput, received: float) -> PreparedReq:
+    def prepare(self, item: GenerateItem, obj: GenerateReqInput, received: float) -> PreparedReq:
         """Check and tokenize one prompt (call from a pool thread); ValueError for a bad request."""
-        sp_dict = item["sampling_params"] or {}
-        sp = SamplingParams.from_dict(sp_dict)
+        sp = SamplingParams.from_dict(item.sampling_params)
         sp.verify(self.vocab_size)
-        top = item["top_logprobs_num"]
-        if top > self.max_top_logprobs_num:
-            raise ValueError(
-                f"top_logprobs_num ({top}) is larger than this server allows ({self.max_top_logprobs_num}; "
-                f"see --max-top-logprobs-num)."
-            )
+        check_top_logprobs_num(item.top_logprobs_num, self.max_top_logprobs_num)
         tok = self.thread_tokenizer()
         ids = self._input_ids(item, tok)
-        self._check_length(ids, sp, sp_dict.get("max_new_tokens") is not None)
-        if any(t < 0 or t >= self.vocab_size for t in ids):
-            raise ValueError(f"Input token ids must be in [0, {self.vocab_size}).")
-        if item["return_logprob"] and item["logprob_start_len"] > len(ids):
-            raise ValueError(
-                f"logprob_start_len ({item['logprob_start_len']}) is greater than the input length ({len(ids)})."
-            )
+        explicit_max = item.sampling_params.get("max_new_tokens") is not None
+        check_input_ids(ids, self.limits, self.vocab_size, sp, explicit_max)
+        check_logprob_start_len(item.return_logprob, item.logprob_start_len, len(ids))
         sp.normalize(tok)
         return PreparedReq(
-            rid=item["rid"],
-            text=item["text"],
+            rid=item.rid,
+            text=item.text,
             input_ids=ids,
             sp=sp,
             stream=obj.stream,
-            return_logprob=item["return_logprob"],
-            logprob_start_len=item["logprob_start_len"],
-            top_logprobs_num=top,
+            return_logprob=item.return_logprob,
+            logprob_start_len=item.logprob_start_len,
+            top_logprobs_num=item.top_logprobs_num,
             return_text_in_logprobs=obj.return_text_in_logprobs,
             priority=obj.priority,
-            extra_key=item["extra_key"],
+            extra_key=item.extra_key,
             log_metrics=obj.log_metrics,
             background=obj.background,
             no_logs=obj.no_logs,
             received_time=received,
         )
 
-    def _input_ids(self, item: Dict[str, Any], tok: Any) -> List[int]:
-        if item["input_ids"] is not None:
-            return list(item["input_ids"])
+    def _input_ids(self, item: GenerateItem, tok: Any) -> List[int]:
+        if item.input_ids is not None:
+            return list(item.input_ids)
         if tok is None:
             raise ValueError("This server was started with --skip-tokenizer-init: send input_ids.")
-        self.check_chars(item["text"])
-        return tok.encode(item["text"])
+        self.check_chars(item.text)
+        return tok.encode(item.text)
 
     def check_chars(self, text: str) -> None:
-        if len(text) > self.max_prompt_chars:
-            raise ValueError(
-                f"The input ({len(text)} characters) is longer than this server accepts: at most "
-                f"{self.limits.max_req_input_len} prompt tokens, which no text over {self.max_prompt_chars} "
-                f"characters fits in."
-            )
-
-    def _check_length(self, ids: List[int], sp: SamplingParams, explicit_max: bool) -> None:
-        n, ctx = len(ids), self.limits.context_len
-        if n == 0:
-            raise ValueError("The input is empty.")
-        if n > self.limits.max_req_input_len:
-            raise ValueError(self.limits.too_long_message(n))
-        if explicit_max and n + sp.max_new_tokens > ctx:
-            raise ValueError(
-                f"Requested token count exceeds the model's maximum context length of {ctx} "
-                f"tokens. You requested a total of {n + sp.max_new_tokens} tokens: {n} tokens from the input "
-                f"and {sp.max_new_tokens} tokens for the completion. Please reduce the input or max_new_tokens."
-            )
+        check_prompt_chars(text, self.limits, self.max_prompt_chars)
 
 
 def _longest_token_chars(tokenizer: Any) -> int:

@@ -7,7 +7,9 @@ from collections import defaultdict
 from enum import Enum, auto
 from typing import Dict, List, Optional, Set
 
-from sglang.srt.managers.req import Req
+from sglang.srt.core.req import Req
+from sglang.srt.managers.scheduler.priority import PriorityOrder
+from sglang.srt.mem_cache.radix_cache import RadixCache
 
 # Above this many waiting requests, prefix-aware sorting costs more than it saves.
 LPM_MAX_WAITING = 128
@@ -25,15 +27,14 @@ class SchedulePolicy:
         policy: str,
         tree_cache,
         radix_enabled: bool,
-        priority_scheduling: bool = False,
-        low_priority_values_first: bool = False,
+        order: Optional[PriorityOrder] = None,
     ):
+        """order: the priority order when priority scheduling is on (None: off)."""
         self.requested = policy
         self.tree_cache = tree_cache
         # Prefix-aware policies are meaningless without a tree.
         self.policy = policy if radix_enabled or policy in ("fcfs", "lof", "random") else "fcfs"
-        self.priority_scheduling = priority_scheduling
-        self.priority_sign = 1 if low_priority_values_first else -1
+        self.order = order
 
     def active_policy(self, n_waiting: int) -> str:
         if self.policy == "lpm" and n_waiting > LPM_MAX_WAITING:
@@ -53,24 +54,21 @@ class SchedulePolicy:
             waiting.sort(key=lambda r: -(r.sampling_params.max_new_tokens or 0))
         elif policy == "random":
             random.shuffle(waiting)
-        if self.priority_scheduling:
+        if self.order is not None:
             # Stable: within a priority level the policy's order (fcfs = arrival) is kept.
-            waiting.sort(key=lambda r: ((r.priority or 0) * self.priority_sign, r.wait_queue_entry_time))
+            waiting.sort(key=self.order.key)
 
     def _compute_prefix_matches(self, waiting: List[Req]) -> Set[str]:
-        from sglang.srt.mem_cache.radix_cache import RadixCache
-
-        shadow = RadixCache(None, None, page_size=1)
+        """Match every waiting request against the tree; those that share a long prefix with a
+        request ahead of them in the queue (and not with the tree) go after the others."""
+        in_queue = InBatchPrefixFilter(enabled=True)
         deprioritized: Set[str] = set()
         for r in waiting:
             r.init_next_round_input(self.tree_cache)
-            if len(r.prefix_indices) <= IN_BATCH_CHECK_THRESHOLD:
-                ids = r.fill_ids
-                in_queue = len(shadow.match_prefix(ids).device_indices)
-                if in_queue >= IN_BATCH_DEPRIORITIZE_THRESHOLD:
-                    deprioritized.add(r.rid)
-                else:
-                    shadow.insert(ids)
+            if in_queue.should_wait(r):
+                deprioritized.add(r.rid)
+            else:
+                in_queue.add(r)
         return deprioritized
 
     def _sort_dfs_weight(self, waiting: List[Req]) -> None:
@@ -119,11 +117,9 @@ class InBatchPrefixFilter:
         return shared >= IN_BATCH_DEPRIORITIZE_THRESHOLD and shared > len(req.prefix_indices)
 
     def add(self, req: Req) -> None:
-        if not self.enabled:
+        if not self.enabled or len(req.prefix_indices) > IN_BATCH_CHECK_THRESHOLD:
             return
         if self.shadow is None:
-            from sglang.srt.mem_cache.radix_cache import RadixCache
-
             self.shadow = RadixCache(None, None, page_size=1)
         self.shadow.insert(req.fill_ids)
 
@@ -264,19 +260,16 @@ class PrefillAdder:
             self._update_budget(prefix_len, trunc, 0)
         return self.budget_state()
 
-    def preempt_to_schedule(self, req: Req, running: List[Req], threshold: int, sign: int) -> List[Req]:
+    def preempt_to_schedule(self, req: Req, running: List[Req], threshold: int, order: PriorityOrder) -> List[Req]:
         """Pick running requests of much lower priority to make room for `req` (priority scheduling)."""
         need = req.extend_input_len + self._reserve(req) - self.rem_total_tokens
         victims: List[Req] = []
         if need <= 0:
             return victims
-        cands = sorted(
-            (r for r in running if not r.finished()),
-            key=lambda r: ((r.priority or 0) * -sign, -r.wait_queue_entry_time),
-        )
+        cands = sorted((r for r in running if not r.finished()), key=order.key, reverse=True)
         freed = 0.0
         for r in cands:
-            if ((req.priority or 0) - (r.priority or 0)) * -sign <= threshold:
+            if order.margin(req, r) <= threshold:
                 break
             victims.append(r)
             freed += self._reserve(r) * self.new_token_ratio + r.kv_committed_len

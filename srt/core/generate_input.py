@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Union
 
-from sglang.srt.managers.generate_fields import FEATURE_OF, HINT_FIELDS, check_unbuilt
+from sglang.srt.core.generate_fields import FEATURE_OF, HINT_FIELDS, check_unbuilt
 
 
 @dataclass
@@ -162,19 +162,34 @@ class GenerateReqInput:
             return rid
         raise ValueError("`rid` must be a non-empty string or a list of them, one per prompt.")
 
-    def item(self, i: int) -> Dict[str, Any]:
-        return {
-            "text": (self.text if self.is_single else self.text[i]) if self.text is not None else None,
-            "input_ids": (self.input_ids if self.is_single else self.input_ids[i])
-            if self.input_ids is not None
-            else None,
-            "sampling_params": self.sampling_params[i],
-            "rid": self.rid[i],
-            "return_logprob": self.return_logprob[i],
-            "logprob_start_len": self.logprob_start_len[i],
-            "top_logprobs_num": self.top_logprobs_num[i],
-            "extra_key": self.extra_key[i],
-        }
+    def item(self, i: int) -> "GenerateItem":
+        """The i-th prompt of a normalized request."""
+        text = (self.text if self.is_single else self.text[i]) if self.text is not None else None
+        ids = (self.input_ids if self.is_single else self.input_ids[i]) if self.input_ids is not None else None
+        return GenerateItem(
+            text=text,
+            input_ids=ids,
+            sampling_params=self.sampling_params[i] or {},
+            rid=self.rid[i],
+            return_logprob=self.return_logprob[i],
+            logprob_start_len=self.logprob_start_len[i],
+            top_logprobs_num=self.top_logprobs_num[i],
+            extra_key=self.extra_key[i],
+        )
+
+
+@dataclass(frozen=True)
+class GenerateItem:
+    """One prompt of a (possibly batched) generate request, with its per-prompt fields."""
+
+    text: Optional[str]
+    input_ids: Optional[List[int]]
+    sampling_params: Dict[str, Any]
+    rid: str
+    return_logprob: bool
+    logprob_start_len: int
+    top_logprobs_num: int
+    extra_key: Optional[str]
 
 
 def _is_int(x: Any) -> bool:

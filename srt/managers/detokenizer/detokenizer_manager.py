@@ -11,13 +11,16 @@ import logging
 import signal
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import zmq
 
-from sglang.srt.managers.io_struct import BatchStrOutput, BatchTokenIDOutput, DetokenizerError, map_common
+from sglang.srt.core.finish_reason import FinishMatchedStr, FinishMatchedToken, FinishReason
+from sglang.srt.core.io_struct.batch_output import map_common
+from sglang.srt.core.io_struct.ipc import make_socket, recv_obj, send_obj
+from sglang.srt.core.io_struct.to_detokenizer import BatchTokenIDOutput
+from sglang.srt.core.io_struct.to_tokenizer import BatchStrOutput, DetokenizerError
 from sglang.srt.server_args import PortArgs, ServerArgs
-from sglang.srt.utils.ipc import make_socket, recv_obj, send_obj
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +89,7 @@ class IncrementalDetokenizer:
             keep.append(i)
             reason = msg.finished_reasons[i]
             read_ids = st.decode_ids[st.surr_offset :]
-            if reason is not None and not msg.no_stop_trim[i] and isinstance(reason.get("matched"), int) and read_ids:
+            if reason is not None and not msg.no_stop_trim[i] and isinstance(reason, FinishMatchedToken) and read_ids:
                 read_ids = read_ids[:-1]  # the matched stop token is not part of the text
             surr_ids = st.decode_ids[st.surr_offset : st.read_offset]
             items.append((st, read_ids, surr_ids, msg.skip_special_tokens[i], msg.spaces_between_special_tokens[i]))
@@ -137,11 +140,10 @@ class IncrementalDetokenizer:
         return out
 
 
-def _trim_stop_str(text: str, reason: Dict[str, Any], no_stop_trim: bool) -> str:
-    matched = reason.get("matched")
-    if no_stop_trim or not isinstance(matched, str) or not matched:
+def _trim_stop_str(text: str, reason: FinishReason, no_stop_trim: bool) -> str:
+    if no_stop_trim or not isinstance(reason, FinishMatchedStr) or not reason.matched:
         return text
-    pos = text.find(matched)
+    pos = text.find(reason.matched)
     return text[:pos] if pos != -1 else text
 
 
@@ -156,7 +158,7 @@ def run_detokenizer_process(server_args: ServerArgs, port_args: PortArgs) -> Non
     from sglang.srt.utils.hf_tokenizer import get_tokenizer
     from sglang.srt.utils.process import configure_logger, kill_self_when_parent_dies
 
-    configure_logger(server_args, prefix=" Detokenizer")
+    configure_logger(server_args.log_level, prefix=" Detokenizer")
     kill_self_when_parent_dies(cleanup_dir=port_args.ipc_dir)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher shuts us down
     signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -2,7 +2,7 @@
 
 EXTEND runs new tokens of each request against its cached prefix (prefill, chunked prefill);
 DECODE runs one token per request; MIXED is an extend batch whose tail rows are decode requests
-(extend length 1), used by --enable-mixed-chunk; IDLE is an empty pass (a TP rank with no work).
+(extend length 1), used by --enable-mixed-chunk.
 """
 
 from __future__ import annotations
@@ -10,20 +10,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import IntEnum, auto
-from typing import TYPE_CHECKING, Any, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
 import torch
-
-if TYPE_CHECKING:
-    from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
 
 
 class ForwardMode(IntEnum):
     EXTEND = auto()
     DECODE = auto()
     MIXED = auto()
-    IDLE = auto()
 
     def is_extend(self) -> bool:
         return self in (ForwardMode.EXTEND, ForwardMode.MIXED)
@@ -33,9 +29,6 @@ class ForwardMode(IntEnum):
 
     def is_mixed(self) -> bool:
         return self == ForwardMode.MIXED
-
-    def is_idle(self) -> bool:
-        return self == ForwardMode.IDLE
 
 
 @dataclass
@@ -65,8 +58,6 @@ class ForwardBatch:
     extend_logprob_start_lens_cpu: Optional[List[int]] = None  # per request, relative to the extend part
     extend_logprob_lens_cpu: Optional[List[int]] = None  # per request, prompt-logprob positions here
     extend_input_logprob_token_ids: Optional[torch.Tensor] = None  # next-token ids of logprob positions
-
-    sampling_info: Optional["SamplingBatchInfo"] = None
 
     # Set by the model runner.
     req_to_token_pool: Any = None

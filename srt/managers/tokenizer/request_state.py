@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
-from sglang.srt.managers.io_struct import BatchStrOutput
-from sglang.srt.managers.request_preparer import PreparedReq
+from sglang.srt.core.io_struct.to_tokenizer import BatchStrOutput
+from sglang.srt.managers.tokenizer.request_preparer import PreparedReq
 
 # Logprob lists that are per output token: deltas in incremental chunks, joined when coalescing.
 _PER_TOKEN_KEYS = ("output_token_logprobs", "output_top_logprobs")
@@ -84,10 +84,11 @@ class ReqState:
         self.output_ids.extend(delta_ids)
         if delta_ids and self.first_token_time is None:
             self.first_token_time = now
-        finished = out.finished_reasons[i] is not None
+        reason = out.finished_reasons[i]
+        finished = reason is not None
         meta: Dict[str, Any] = {
             "id": self.rid,
-            "finish_reason": out.finished_reasons[i],
+            "finish_reason": reason.to_wire() if reason is not None else None,
             "prompt_tokens": out.prompt_tokens[i],
             "completion_tokens": out.completion_tokens[i],
             "reasoning_tokens": 0,

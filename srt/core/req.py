@@ -14,58 +14,36 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from enum import Enum, auto
+from typing import Any, List, Optional
 
 import torch
 
-from sglang.srt.sampling.sampling_params import SamplingParams
+from sglang.srt.core.finish_reason import (
+    FinishAbort,
+    FinishLength,
+    FinishMatchedStr,
+    FinishMatchedToken,
+    FinishReason,
+)
+from sglang.srt.core.sampling_params import SamplingParams
 
 
-class BaseFinishReason:
-    def to_json(self) -> Dict[str, Any]:
-        raise NotImplementedError
+class ReqStatus(Enum):
+    """Where a request is. Only RUNNING and ABORTING requests hold a request row and KV slots."""
 
-
-@dataclass
-class FinishMatchedToken(BaseFinishReason):
-    matched: int
-
-    def to_json(self) -> Dict[str, Any]:
-        return {"type": "stop", "matched": self.matched}
-
-
-@dataclass
-class FinishMatchedStr(BaseFinishReason):
-    matched: str
-
-    def to_json(self) -> Dict[str, Any]:
-        return {"type": "stop", "matched": self.matched}
-
-
-@dataclass
-class FinishLength(BaseFinishReason):
-    length: int
-
-    def to_json(self) -> Dict[str, Any]:
-        return {"type": "length", "length": self.length}
-
-
-@dataclass
-class FinishAbort(BaseFinishReason):
-    message: str = "Aborted"
-    status_code: Optional[int] = None
-    err_type: Optional[str] = None
-
-    def to_json(self) -> Dict[str, Any]:
-        return {"type": "abort", "message": self.message, "status_code": self.status_code, "err_type": self.err_type}
+    WAITING = auto()  # queued (or compiling its grammar); holds nothing
+    RUNNING = auto()  # admitted: in a prefill (possibly chunked) or the running batch
+    RETRACTED = auto()  # taken out to free memory (or preempted); queued again, holds nothing
+    ABORTING = auto()  # asked to stop while running; the loop finishes it through the release path
+    FINISHED = auto()  # finished_reason is set; the last output is not sent yet
+    OUTPUT_SENT = auto()  # the last output went out
 
 
 class Req:
     def __init__(
         self,
         rid: str,
-        origin_input_text: Optional[str],
         origin_input_ids: List[int],
         sampling_params: SamplingParams,
         return_logprob: bool = False,
@@ -78,7 +56,6 @@ class Req:
         vocab_size: int = 0,
     ):
         self.rid = rid
-        self.origin_input_text = origin_input_text
         self.origin_input_ids = list(origin_input_ids)
         self.output_ids: List[int] = []
         self.sampling_params = sampling_params
@@ -101,16 +78,9 @@ class Req:
         self.kv_committed_len = 0
         self.kv_allocated_len = 0
 
-        # Finish state.
-        self.finished_reason: Optional[BaseFinishReason] = None
-        self.to_finish: Optional[BaseFinishReason] = None
-        self.finished_output = False
-        self.finished_len: Optional[int] = None
-
-        # Chunked prefill and retraction.
-        self.is_chunked = 0
-        self.is_retracted = False
-        self.retracted_stain = False
+        self.status = ReqStatus.WAITING
+        self.finished_reason: Optional[FinishReason] = None
+        self.abort_reason: Optional[FinishAbort] = None  # while ABORTING
         self.retraction_count = 0
 
         # Prefix-cache accounting reported to the client.
@@ -120,11 +90,9 @@ class Req:
         # Incremental detokenization of the output tail (for stop strings in the scheduler).
         self.surr_offset: Optional[int] = None
         self.read_offset: Optional[int] = None
-        self.decoded_text = ""
 
         # Streaming offsets: what has already been sent to the detokenizer.
         self.send_token_offset = 0
-        self.send_decode_id_offset = 0
         self.send_output_logprobs_offset = 0
         self.input_logprobs_sent = False
 
@@ -133,7 +101,6 @@ class Req:
         self.input_top_logprobs: Optional[List[Any]] = None
         self.output_token_logprobs: List[float] = []
         self.output_top_logprobs: List[Any] = []
-        self.extend_logprob_start_len = 0
         self.temp_input_token_logprobs: List[float] = []
         self.temp_input_top_logprobs: List[Any] = []
 
@@ -153,7 +120,25 @@ class Req:
 
     # ------------------------------------------------------------------
     def finished(self) -> bool:
-        return self.finished_reason is not None
+        return self.status in (ReqStatus.FINISHED, ReqStatus.OUTPUT_SENT)
+
+    def finish(self, reason: FinishReason) -> None:
+        self.finished_reason = reason
+        self.status = ReqStatus.FINISHED
+
+    def request_abort(self, reason: FinishAbort) -> bool:
+        """Mark a running request to be finished by the loop; False if it is finished or marked."""
+        if self.finished() or self.status is ReqStatus.ABORTING:
+            return False
+        self.abort_reason = reason
+        self.status = ReqStatus.ABORTING
+        return True
+
+    def aborting(self) -> bool:
+        return self.status is ReqStatus.ABORTING
+
+    def was_retracted(self) -> bool:
+        return self.retraction_count > 0
 
     def seqlen(self) -> int:
         return len(self.origin_input_ids) + len(self.output_ids)
@@ -190,9 +175,7 @@ class Req:
         self.kv_committed_len = 0
         self.kv_allocated_len = 0
         self.extend_input_len = 0
-        self.is_chunked = 0
-        self.is_retracted = True
-        self.retracted_stain = True
+        self.status = ReqStatus.RETRACTED
         self.retraction_count += 1
         self.already_computed = 0
         self.temp_input_token_logprobs = []
@@ -210,29 +193,29 @@ class Req:
         (and the stop string is trimmed from the text), as SGLang and OpenAI do."""
         if self.finished():
             return
-        if self.to_finish is not None:
-            self.finished_reason, self.to_finish = self.to_finish, None
+        if self.status is ReqStatus.ABORTING:
+            self.finish(self.abort_reason)
             return
         sp = self.sampling_params
         last = self.output_ids[-1] if self.output_ids else None
         if invalid or (last is not None and self.vocab_size and not 0 <= last < self.vocab_size):
-            self.finished_reason = FinishMatchedStr("NaN happened")
+            self.finish(FinishMatchedStr("NaN happened"))
             return
         if last is not None and tokenizer is not None and (sp.stop_strs or sp.stop_regex_list):
             matched = self._matched_stop_str(tokenizer)
             if matched is not None:
-                self.finished_reason = FinishMatchedStr(matched)
+                self.finish(FinishMatchedStr(matched))
                 return
         if self.grammar is not None and self.grammar.is_terminated():
-            self.finished_reason = FinishMatchedToken(last)
+            self.finish(FinishMatchedToken(last))
             return
         if last is not None and (
             last in (sp.stop_token_ids or ()) or (not sp.ignore_eos and last in self.eos_token_ids)
         ):
-            self.finished_reason = FinishMatchedToken(last)
+            self.finish(FinishMatchedToken(last))
             return
         if sp.max_new_tokens is not None and len(self.output_ids) >= sp.max_new_tokens:
-            self.finished_reason = FinishLength(sp.max_new_tokens)
+            self.finish(FinishLength(sp.max_new_tokens))
 
     def _matched_stop_str(self, tokenizer) -> Optional[str]:
         tail = self.tail_str(tokenizer)

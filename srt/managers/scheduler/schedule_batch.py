@@ -11,7 +11,13 @@ from typing import List, Optional
 
 import torch
 
-from sglang.srt.managers.req import Req
+from sglang.srt.core.forward_batch_info import (
+    ForwardBatch,
+    ForwardMode,
+    build_decode_batch,
+    build_extend_batch,
+)
+from sglang.srt.core.req import Req
 from sglang.srt.mem_cache.common import (
     alloc_paged,
     alloc_token_slots,
@@ -19,12 +25,6 @@ from sglang.srt.mem_cache.common import (
     last_loc_of,
     page_need,
     release_kv_cache,
-)
-from sglang.srt.model_executor.forward_batch_info import (
-    ForwardBatch,
-    ForwardMode,
-    build_decode_batch,
-    build_extend_batch,
 )
 from sglang.srt.utils.device_copy import to_device
 
@@ -98,7 +98,7 @@ class ScheduleBatch:
     @staticmethod
     def _account_cached_tokens(r: Req, prefix_len: int, seq_len: int) -> None:
         # A retracted request re-reading its own earlier KV is not a cache hit for the client.
-        if not r.retracted_stain:
+        if not r.was_retracted():
             r.cached_tokens += max(prefix_len - r.already_computed, 0)
         r.already_computed = seq_len
 
@@ -141,7 +141,7 @@ class ScheduleBatch:
         need = page_need([r.kv_allocated_len for r in reqs], self.page_size)
         return evict_for(self.tree_cache, self.allocator, need)
 
-    def retract_decode(self, server_args) -> tuple:
+    def retract_decode(self) -> tuple:
         """Retract the least-progressed requests until the rest can decode one more step.
 
         Returns (retracted, new_token_ratio, oom_aborted)."""
@@ -174,6 +174,20 @@ class ScheduleBatch:
         return retracted, new_ratio, oom
 
     # ------------------------------------------------------------------ membership
+    def exclude_finishing(self) -> None:
+        """Drop requests certain to finish by length when their in-flight token lands: they need no
+        further step."""
+        keep = [
+            i
+            for i, r in enumerate(self.reqs)
+            if not r.finished()
+            and not (
+                r.sampling_params.max_new_tokens is not None
+                and len(r.output_ids) + r.inflight_tokens >= r.sampling_params.max_new_tokens
+            )
+        ]
+        self.filter_batch(keep_indices=keep)
+
     def filter_batch(self, keep_indices: Optional[List[int]] = None, exclude: Optional[List[Req]] = None) -> None:
         if keep_indices is None:
             ex = {id(r) for r in (exclude or [])}

@@ -1,4 +1,4 @@
-"""msgpack wire format for the io_struct dataclasses: each message is [type name, field dict]."""
+"""msgpack wire format for the message dataclasses: each message is [type name, field dict]."""
 
 from __future__ import annotations
 
@@ -7,11 +7,21 @@ from typing import Any, Dict, Type
 
 import msgspec
 
-from sglang.srt.managers import io_struct
-from sglang.srt.sampling.sampling_params import SamplingParams
+from sglang.srt.core import finish_reason
+from sglang.srt.core.io_struct import (
+    to_detokenizer,
+    to_dp_controller,
+    to_launcher,
+    to_scheduler,
+    to_tokenizer,
+)
+from sglang.srt.core.sampling_params import SamplingParams
 
 _TYPES: Dict[str, Type] = {
-    name: obj for name, obj in vars(io_struct).items() if dataclasses.is_dataclass(obj) and isinstance(obj, type)
+    name: obj
+    for module in (to_scheduler, to_detokenizer, to_tokenizer, to_dp_controller, to_launcher, finish_reason)
+    for name, obj in vars(module).items()
+    if dataclasses.is_dataclass(obj) and isinstance(obj, type)
 }
 _TYPES["SamplingParams"] = SamplingParams
 

@@ -1,0 +1,77 @@
+"""Frozen views of ServerArgs, one per concern, so each part receives only the flags it reads (the
+model runner sees no HTTP flag, the HTTP process no kernel flag). ServerArgs stays the one source:
+every section is built from it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from sglang.srt.server_args import ServerArgs
+
+
+@dataclass(frozen=True)
+class ModelSection:
+    """What is loaded and how it runs."""
+
+    model_path: Optional[str]
+    load_format: str
+    dtype: str
+    random_seed: int
+    attention_backend: str
+    disable_cuda_graph: bool
+    cuda_graph_max_bs: Optional[int]
+    skinny_matmul: str
+    disable_pdl: bool
+    cublas_workspace_kib: int
+
+    @staticmethod
+    def of(sa: ServerArgs) -> "ModelSection":
+        return ModelSection(
+            model_path=sa.model_path,
+            load_format=sa.load_format,
+            dtype=sa.dtype,
+            random_seed=sa.random_seed or 0,
+            attention_backend=sa.resolved_attention_backend(),
+            disable_cuda_graph=sa.disable_cuda_graph,
+            cuda_graph_max_bs=sa.cuda_graph_max_bs,
+            skinny_matmul=sa.skinny_matmul,
+            disable_pdl=sa.disable_pdl,
+            cublas_workspace_kib=sa.cublas_workspace_kib,
+        )
+
+
+@dataclass(frozen=True)
+class MemorySection:
+    """How large the KV pool and the request table are."""
+
+    mem_fraction_static: Optional[float]
+    max_total_tokens: Optional[int]
+    max_running_requests: Optional[int]
+    page_size: int
+    kv_cache_dtype: str
+    chunked_prefill_size: Optional[int]  # the activation reserve grows with the chunk
+
+    @staticmethod
+    def of(sa: ServerArgs) -> "MemorySection":
+        return MemorySection(
+            mem_fraction_static=sa.mem_fraction_static,
+            max_total_tokens=sa.max_total_tokens,
+            max_running_requests=sa.max_running_requests,
+            page_size=sa.page_size,
+            kv_cache_dtype=sa.kv_cache_dtype,
+            chunked_prefill_size=sa.chunked_prefill_size,
+        )
+
+
+@dataclass(frozen=True)
+class ParallelSection:
+    tp_size: int
+    dp_size: int
+    dist_init_addr: Optional[str]
+    dist_timeout: int
+    force_distributed: bool
+
+    @staticmethod
+    def of(sa: ServerArgs) -> "ParallelSection":
+        return ParallelSection(sa.tp_size, sa.dp_size, sa.dist_init_addr, sa.dist_timeout, sa.force_distributed)

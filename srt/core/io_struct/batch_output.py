@@ -1,0 +1,32 @@
+"""The per-request lists that the token-id and the text output messages both carry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Dict, List, Optional
+
+
+@dataclass(kw_only=True)
+class BatchOutputCommon:
+    """Per-request lists in the same order as rids."""
+
+    rids: List[str]
+    # FinishReason.to_wire() of each request, None while it runs.
+    finished_reasons: List[Optional[Dict[str, Any]]]
+    output_ids: List[List[int]]  # new output ids since the last message
+    prompt_tokens: List[int]
+    completion_tokens: List[int]
+    cached_tokens: List[int]
+    retraction_counts: List[int]
+    # Logprob slices since the last message (None when the request did not ask for them).
+    input_token_logprobs: List[Optional[List[Any]]] = field(default_factory=list)
+    input_top_logprobs: List[Optional[List[Any]]] = field(default_factory=list)
+    output_token_logprobs: List[Optional[List[Any]]] = field(default_factory=list)
+    output_top_logprobs: List[Optional[List[Any]]] = field(default_factory=list)
+    queue_times: List[Optional[float]] = field(default_factory=list)
+    first_token_times: List[Optional[float]] = field(default_factory=list)
+
+
+def map_common(msg: BatchOutputCommon, fn: Callable[[List[Any]], List[Any]]) -> Dict[str, List[Any]]:
+    """The BatchOutputCommon fields of msg, each list passed through fn (to select or fill rows)."""
+    return {f.name: fn(getattr(msg, f.name)) for f in fields(BatchOutputCommon)}

@@ -1,0 +1,40 @@
+"""Messages the TokenizerManager (HTTP process) receives: text from the detokenizer, control replies
+and gauges from the scheduler."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List
+
+from sglang.srt.core.io_struct.batch_output import BatchOutputCommon
+
+
+@dataclass
+class BatchStrOutput(BatchOutputCommon):
+    output_strs: List[str]  # new text since the last message (a delta)
+
+
+@dataclass
+class DetokenizerError:
+    """The detokenizer could not serve some requests (e.g. its state table overflowed)."""
+
+    rids: List[str]
+    message: str
+
+
+@dataclass
+class FlushCacheReqOutput:
+    success: bool
+    message: str = ""
+
+
+@dataclass
+class GetInternalStateReqOutput:
+    state: Dict[str, Any]
+
+
+@dataclass
+class SchedulerMetrics:
+    """Scheduler-side gauges and counters, pushed to the HTTP process (for /metrics) when they change."""
+
+    values: Dict[str, float]

@@ -1,0 +1,164 @@
+"""The scheduler's log lines (startup, prefill, decode, retraction), the numbers behind them, and the
+gauges pushed to /metrics."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+from sglang.srt.managers.scheduler.new_token_ratio import NewTokenRatio
+from sglang.srt.managers.scheduler.schedule_policy import PrefillAdder
+from sglang.srt.managers.scheduler.scheduler_state import KVPools, LaunchedBatch, SchedulerState
+from sglang.srt.metrics.scheduler_reporter import SchedulerMetricsReporter
+
+logger = logging.getLogger("sglang.scheduler")
+
+
+@dataclass(frozen=True)
+class StartupNumbers:
+    """What the startup line reports."""
+
+    max_total_num_tokens: int
+    chunked_prefill_size: Optional[int]
+    max_prefill_tokens: int
+    max_running_requests: int
+    context_len: int
+    device: str
+    available_mem_gb: float
+    cuda_graph: bool
+
+
+class SchedulerStats:
+    def __init__(
+        self,
+        state: SchedulerState,
+        pools: KVPools,
+        ratio: NewTokenRatio,
+        numbers: StartupNumbers,
+        decode_log_interval: int,
+        tp_rank: int,
+    ):
+        self.state = state
+        self.pools = pools
+        self.ratio = ratio
+        self.numbers = numbers
+        self.decode_log_interval = decode_log_interval
+        self.tp_rank = tp_rank
+        self.last_gen_throughput = 0.0
+        self.num_retracted_total = 0
+        self.num_decode_steps = 0
+        # Throughput counts busy time only: the gap across an idle spell is not decode time.
+        self._decode_tokens_since_log = 0
+        self._decode_busy_s = 0.0
+        self._last_decode_end: Optional[float] = None
+        self.total_prefill_input_tokens = 0
+        self.total_prefill_cached_tokens = 0
+        self.metrics: Optional[SchedulerMetricsReporter] = None
+
+    # ------------------------------------------------------------------ numbers
+    def cache_hit_rate(self) -> float:
+        seen = self.total_prefill_input_tokens + self.total_prefill_cached_tokens
+        return self.total_prefill_cached_tokens / seen if seen else 0.0
+
+    def snapshot(self) -> Dict[str, float]:
+        """The values behind metrics/names.SCHEDULER_METRICS."""
+        from sglang.srt.core.req import ReqStatus
+
+        total = self.pools.max_total_num_tokens
+        waiting = self.state.waiting_queue
+        return {
+            "num_running_reqs": float(self.state.running_batch.batch_size()),
+            "num_queue_reqs": float(len(waiting)),
+            "num_used_tokens": float(self.pools.used_tokens()),
+            "token_usage": self.pools.token_usage(),
+            "cache_hit_rate": self.cache_hit_rate(),
+            "gen_throughput": float(self.last_gen_throughput),
+            "new_token_ratio": float(self.ratio.value),
+            "num_retracted_reqs": float(sum(1 for r in waiting if r.status is ReqStatus.RETRACTED)),
+            "num_retracted_requests_total": float(self.num_retracted_total),
+            "max_total_num_tokens": float(total),
+        }
+
+    # ------------------------------------------------------------------ lines
+    def log_startup(self) -> None:
+        n = self.numbers
+        mem_name = "available_gpu_mem" if n.device == "cuda" else "available_cpu_mem"
+        logger.info(
+            "max_total_num_tokens=%d, chunked_prefill_size=%s, max_prefill_tokens=%d, "
+            "max_running_requests=%d, context_len=%d, %s=%.2f GB",
+            n.max_total_num_tokens,
+            n.chunked_prefill_size or -1,
+            n.max_prefill_tokens,
+            n.max_running_requests,
+            n.context_len,
+            mem_name,
+            n.available_mem_gb,
+        )
+
+    def log_prefill(self, adder: PrefillAdder) -> None:
+        self.total_prefill_input_tokens += adder.log_input_tokens
+        self.total_prefill_cached_tokens += adder.log_hit_tokens
+        if self.metrics is not None:
+            self.metrics.maybe_push()
+        if self.tp_rank != 0:
+            return
+        logger.info(
+            "Prefill batch, #new-seq: %d, #new-token: %d, #cached-token: %d, token usage: %.2f, "
+            "#running-req: %d, #queue-req: %d, cache hit rate: %.2f",
+            len(adder.can_run_list),
+            adder.log_input_tokens,
+            adder.log_hit_tokens,
+            self.pools.token_usage(),
+            self.state.running_batch.batch_size(),
+            len(self.state.waiting_queue),
+            self.cache_hit_rate(),
+        )
+
+    def log_retraction(self, n: int, old_ratio: float, new_ratio: float) -> None:
+        self.num_retracted_total += n
+        if self.metrics is not None:
+            self.metrics.push_now()  # rare and worth seeing at once
+        logger.warning(
+            "KV cache pool is full. Retract requests. #retracted_reqs: %d, #new_token_ratio: %.4f -> %.4f",
+            n,
+            old_ratio,
+            new_ratio,
+        )
+
+    def record_forward(self, launched: LaunchedBatch) -> None:
+        if self.metrics is not None:
+            self.metrics.maybe_push()  # rate-limited: keeps gauges fresh between decode logs
+        if not launched.forward_mode.is_decode():
+            return
+        self.num_decode_steps += 1
+        now = time.perf_counter()
+        if self._last_decode_end is not None:  # the first step after idle has no known start
+            self._decode_busy_s += now - self._last_decode_end
+            self._decode_tokens_since_log += len(launched.reqs)
+        self._last_decode_end = now
+        if self.num_decode_steps % self.decode_log_interval:
+            return
+        if self._decode_busy_s > 0:
+            self.last_gen_throughput = self._decode_tokens_since_log / self._decode_busy_s
+        self._decode_tokens_since_log, self._decode_busy_s = 0, 0.0
+        if self.metrics is not None:
+            self.metrics.maybe_push()
+        if self.tp_rank != 0:
+            return
+        logger.info(
+            "Decode batch, #running-req: %d, #token: %d, token usage: %.2f, cuda graph: %s, "
+            "gen throughput (token/s): %.2f, #queue-req: %d",
+            len(launched.reqs),  # the batch this step decoded (some may have finished in it)
+            self.pools.used_tokens(),
+            self.pools.token_usage(),
+            self.numbers.cuda_graph,
+            self.last_gen_throughput,
+            len(self.state.waiting_queue),
+        )
+
+    def on_idle(self) -> None:
+        self._last_decode_end = None
+        if self.metrics is not None:
+            self.metrics.push_if_changed()
