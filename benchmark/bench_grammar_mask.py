@@ -42,12 +42,22 @@ CLOSE_AFTER = 12  # a row's own step count after which closing tokens are favour
 
 
 def _closing_ids(tok, stop_ids) -> torch.Tensor:
-    ids = [i for i, t in enumerate(tok.batch_decode([[i] for i in range(len(tok))])) if t and set(t) <= set('"}]')]
+    ids = [
+        i
+        for i, t in enumerate(tok.batch_decode([[i] for i in range(len(tok))]))
+        if t and set(t) <= set('"}]')
+    ]
     return torch.tensor(ids + list(stop_ids))
 
 
 def bench(
-    backend: XGrammarBackend, vocab: int, bs: int, steps: int, warmup: int, device: str, closing: torch.Tensor
+    backend: XGrammarBackend,
+    vocab: int,
+    bs: int,
+    steps: int,
+    warmup: int,
+    device: str,
+    closing: torch.Tensor,
 ) -> Dict[str, float]:
     template = backend.compile("json", json.dumps(SCHEMA))
     gen = torch.Generator().manual_seed(bs)

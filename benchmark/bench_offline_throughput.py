@@ -27,11 +27,15 @@ from model_configs import MODEL_CONFIGS, write_model_config
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--model-path")
     g.add_argument("--model-config", choices=sorted(MODEL_CONFIGS))
-    p.add_argument("--load-format", default=None, help="default: dummy with --model-config, auto otherwise")
+    p.add_argument(
+        "--load-format", default=None, help="default: dummy with --model-config, auto otherwise"
+    )
     p.add_argument("--num-prompts", type=int, default=256)
     p.add_argument("--input-len-range", type=int, nargs=2, default=[100, 1024])
     p.add_argument("--output-len-range", type=int, nargs=2, default=[100, 1024])
@@ -104,7 +108,9 @@ def main(argv=None) -> dict:
         ids, sps = make_requests(args.warmup_prompts, (16, 64), (8, 16), vocab, args.seed + 99)
         if ids:
             engine.generate(input_ids=ids, sampling_params=sps)
-        ids, sps = make_requests(args.num_prompts, args.input_len_range, args.output_len_range, vocab, args.seed)
+        ids, sps = make_requests(
+            args.num_prompts, args.input_len_range, args.output_len_range, vocab, args.seed
+        )
         for sp in sps:
             sp["temperature"] = args.temperature
         t0 = time.perf_counter()

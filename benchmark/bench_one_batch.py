@@ -91,8 +91,12 @@ class ModelFacts:
         """Linear layers for every token, the LM head for the last token of each request, and causal
         attention (QK^T and PV over n(n+1)/2 pairs per head and layer)."""
         tokens = sum(lens)
-        attn = sum(4 * self.head_dim * self.num_heads * self.num_layers * n * (n + 1) / 2 for n in lens)
-        return 2.0 * tokens * self.layer_matmul_params + 2.0 * len(lens) * self.lm_head_params + attn
+        attn = sum(
+            4 * self.head_dim * self.num_heads * self.num_layers * n * (n + 1) / 2 for n in lens
+        )
+        return (
+            2.0 * tokens * self.layer_matmul_params + 2.0 * len(lens) * self.lm_head_params + attn
+        )
 
 
 def model_facts(runner) -> ModelFacts:
@@ -119,7 +123,9 @@ class Result:
     output_len: int
     prefill_s: float
     decode_step_s: Optional[float] = None  # median of steps each timed with a sync before and after
-    decode_pipelined_s: Optional[float] = None  # mean over steps queued back to back (host work overlaps)
+    decode_pipelined_s: Optional[float] = (
+        None  # mean over steps queued back to back (host work overlaps)
+    )
     decode_steps_s: List[float] = field(default_factory=list)
 
     @property
@@ -187,7 +193,13 @@ def greedy_info(bs: int, vocab: int, device: str, temperature: float = 0.0):
 
 
 def run_ours(
-    runner, bs: int, input_len: int, output_len: int, seed: int, max_prefill_tokens: int, temperature: float = 0.0
+    runner,
+    bs: int,
+    input_len: int,
+    output_len: int,
+    seed: int,
+    max_prefill_tokens: int,
+    temperature: float = 0.0,
 ) -> Result:
     from sglang.srt.model_executor.static_batch import StaticBatch
 
@@ -215,7 +227,9 @@ def run_ours(
                 res.decode_step_s = statistics.median(res.decode_steps_s)
                 # The same steps without a sync between them: the host prepares step n+1 while the
                 # device runs step n, as the overlap scheduler does.
-                res.decode_pipelined_s = timed(lambda: [step() for _ in range(output_len)], device) / output_len
+                res.decode_pipelined_s = (
+                    timed(lambda: [step() for _ in range(output_len)], device) / output_len
+                )
     finally:
         sb.release()
     return res
@@ -240,7 +254,12 @@ def run_hf(model, bs: int, input_len: int, output_len: int, seed: int, device: s
 
     def gen(n: int):
         return model.generate(
-            input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=n,
+            min_new_tokens=n,
+            do_sample=False,
+            pad_token_id=0,
         )
 
     with torch.no_grad():
@@ -278,7 +297,9 @@ def bench_sampler(runner, batch_sizes: List[int]) -> List[dict]:
             ("temp1_torch_ms", 1.0, False),
         ):
             info = greedy_info(bs, vocab, device, temp)
-            sampler_mod.FUSED_RACE = fused  # temp1: the fused Triton race (CUDA) vs the torch noise path
+            sampler_mod.FUSED_RACE = (
+                fused  # temp1: the fused Triton race (CUDA) vs the torch noise path
+            )
             row[name] = 1e3 * median_time(lambda: runner.sample(logits, info), device, reps=20)
         sampler_mod.FUSED_RACE = True
         rows.append(row)
@@ -305,7 +326,9 @@ def profile_decode(runner, bs: int, input_len: int, steps: int, seed: int, top: 
                 ids = runner.sample(sb.decode(ids), info).next_token_ids
             sync(device)
             on_cuda = device == "cuda"
-            with profile(activities=[ProfilerActivity.CUDA if on_cuda else ProfilerActivity.CPU]) as prof:
+            with profile(
+                activities=[ProfilerActivity.CUDA if on_cuda else ProfilerActivity.CPU]
+            ) as prof:
                 for _ in range(steps):
                     ids = runner.sample(sb.decode(ids), info).next_token_ids
                 sync(device)
@@ -351,7 +374,13 @@ def profile_decode(runner, bs: int, input_len: int, steps: int, seed: int, top: 
 
 # ---------------------------------------------------------------------------------------------- host time
 def host_breakdown(
-    runner, bs: int, input_len: int, steps: int, seed: int, max_prefill_tokens: int, host_profile: bool = False
+    runner,
+    bs: int,
+    input_len: int,
+    steps: int,
+    seed: int,
+    max_prefill_tokens: int,
+    host_profile: bool = False,
 ) -> dict:
     """Where a synced decode step's time goes: host time of each phase (prepare = slot + ForwardBatch,
     forward = input copies + graph launch, sample = sampler launches, wait = until the device is done)
@@ -370,7 +399,9 @@ def host_breakdown(
     try:
         with torch.no_grad():
             prompts = random_prompts(bs, input_len, runner.vocab_size, seed).tolist()
-            ids = runner.sample(sb.prefill(prompts, max_tokens_per_pass=max_prefill_tokens), info).next_token_ids
+            ids = runner.sample(
+                sb.prefill(prompts, max_tokens_per_pass=max_prefill_tokens), info
+            ).next_token_ids
             prof = cProfile.Profile() if host_profile else None
             for i in range(steps + 3):
                 if prof is not None and i == 3:
@@ -416,16 +447,31 @@ def host_breakdown(
 
 # ---------------------------------------------------------------------------------------------- main
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--model-path", help="HF folder (config.json [+ weights])")
-    g.add_argument("--model-config", choices=sorted(MODEL_CONFIGS), help="write this architecture's config.json")
-    p.add_argument("--load-format", default=None, help="default: dummy with --model-config, auto otherwise")
+    g.add_argument(
+        "--model-config",
+        choices=sorted(MODEL_CONFIGS),
+        help="write this architecture's config.json",
+    )
+    p.add_argument(
+        "--load-format", default=None, help="default: dummy with --model-config, auto otherwise"
+    )
     p.add_argument("--batch-size", type=int, nargs="+", default=[1])
     p.add_argument("--input-len", type=int, default=512)
     p.add_argument("--output-len", type=int, default=32)
-    p.add_argument("--long-prefill", type=int, default=0, help="also time one prefill of this many tokens (bs 1)")
-    p.add_argument("--hf", action="store_true", help="time HF transformers generate on the same shapes first")
+    p.add_argument(
+        "--long-prefill",
+        type=int,
+        default=0,
+        help="also time one prefill of this many tokens (bs 1)",
+    )
+    p.add_argument(
+        "--hf", action="store_true", help="time HF transformers generate on the same shapes first"
+    )
     p.add_argument(
         "--hf-batch-size",
         type=int,
@@ -434,7 +480,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="batch sizes for HF (default: those of --batch-size up to 8; it is slow)",
     )
     p.add_argument("--hf-output-len", type=int, default=16)
-    p.add_argument("--bench-sampler", action="store_true", help="time sample() alone at each batch size")
+    p.add_argument(
+        "--bench-sampler", action="store_true", help="time sample() alone at each batch size"
+    )
     p.add_argument(
         "--profile-bs",
         type=int,
@@ -447,8 +495,14 @@ def parse_args(argv=None) -> argparse.Namespace:
         action="store_true",
         help="after the timings, split a synced decode step into host phases at each batch size",
     )
-    p.add_argument("--host-profile", action="store_true", help="with --host-breakdown: cProfile those steps too")
-    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature in the decode loop")
+    p.add_argument(
+        "--host-profile",
+        action="store_true",
+        help="with --host-breakdown: cProfile those steps too",
+    )
+    p.add_argument(
+        "--temperature", type=float, default=0.0, help="sampling temperature in the decode loop"
+    )
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--dtype", default="auto")
     p.add_argument("--kv-cache-dtype", default="auto")
@@ -471,8 +525,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="as the server flag (-1: torch's default); applies to the HF peer too",
     )
     p.add_argument("--cuda-graph-max-bs", type=int, default=None)
-    p.add_argument("--bw", type=float, default=None, help="bytes/s for the floor (default: measure)")
-    p.add_argument("--flops", type=float, default=None, help="FLOP/s for the prefill floor (default: measure)")
+    p.add_argument(
+        "--bw", type=float, default=None, help="bytes/s for the floor (default: measure)"
+    )
+    p.add_argument(
+        "--flops", type=float, default=None, help="FLOP/s for the prefill floor (default: measure)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--result-file", default=None, help="append JSON lines here")
     p.add_argument("--tag", default="")
@@ -491,16 +549,24 @@ def main(argv=None) -> dict:
     # Before the HF peer's first matmul: torch fixes the cuBLAS workspace at the process's first call.
     configure_cublas_workspace(args.cublas_workspace_kib)
     model_path = args.model_path or write_model_config(args.model_config)
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    device = (
+        ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    )
     args.device = device
     name = args.model_config or model_path
     bw = args.bw or measure_bandwidth(device)
     flops = args.flops or measure_matmul_rate(device)
-    max_len = max(args.input_len + 2 * args.output_len, args.long_prefill + 2)  # synced + pipelined steps
+    max_len = max(
+        args.input_len + 2 * args.output_len, args.long_prefill + 2
+    )  # synced + pipelined steps
     results: List[Result] = []
 
     if args.hf:
-        hf_bs = args.hf_batch_size if args.hf_batch_size is not None else [b for b in args.batch_size if b <= 8]
+        hf_bs = (
+            args.hf_batch_size
+            if args.hf_batch_size is not None
+            else [b for b in args.batch_size if b <= 8]
+        )
         hf_dtype = torch.bfloat16 if device == "cuda" else torch.float32
         t0 = time.perf_counter()
         hf = load_hf(model_path, device, hf_dtype)
@@ -509,7 +575,8 @@ def main(argv=None) -> dict:
             r = run_hf(hf, bs, args.input_len, args.hf_output_len, args.seed + bs, device)
             results.append(r)
             print(
-                f"[hf] bs {bs}: prefill {fmt_ms(r.prefill_s)} ms, decode step {fmt_ms(r.decode_step_s)} ms", flush=True
+                f"[hf] bs {bs}: prefill {fmt_ms(r.prefill_s)} ms, decode step {fmt_ms(r.decode_step_s)} ms",
+                flush=True,
             )
         if args.long_prefill:
             r = run_hf(hf, 1, args.long_prefill, 1, args.seed, device)
@@ -532,23 +599,48 @@ def main(argv=None) -> dict:
     facts = model_facts(runner)
     for bs in args.batch_size:
         # Warm-up at this batch size (Triton specialisations, cuBLAS heuristics), then the timed run.
-        run_ours(runner, bs, args.input_len, 2, args.seed + 1000 + bs, args.max_prefill_tokens, args.temperature)
+        run_ours(
+            runner,
+            bs,
+            args.input_len,
+            2,
+            args.seed + 1000 + bs,
+            args.max_prefill_tokens,
+            args.temperature,
+        )
         r = run_ours(
-            runner, bs, args.input_len, args.output_len, args.seed + bs, args.max_prefill_tokens, args.temperature
+            runner,
+            bs,
+            args.input_len,
+            args.output_len,
+            args.seed + bs,
+            args.max_prefill_tokens,
+            args.temperature,
         )
         results.append(r)
-        print(f"[ours] bs {bs}: prefill {fmt_ms(r.prefill_s)} ms, decode step {fmt_ms(r.decode_step_s)} ms", flush=True)
+        print(
+            f"[ours] bs {bs}: prefill {fmt_ms(r.prefill_s)} ms, decode step {fmt_ms(r.decode_step_s)} ms",
+            flush=True,
+        )
     if args.long_prefill:
         run_ours(runner, 1, args.long_prefill, 1, args.seed + 7, args.max_prefill_tokens)
         r = run_ours(runner, 1, args.long_prefill, 1, args.seed + 8, args.max_prefill_tokens)
         r.decode_step_s = r.decode_pipelined_s = None
         results.append(r)
     sampler_rows = bench_sampler(runner, args.batch_size) if args.bench_sampler else []
-    profiles = [profile_decode(runner, bs, args.input_len, 10, args.seed + 99) for bs in args.profile_bs]
+    profiles = [
+        profile_decode(runner, bs, args.input_len, 10, args.seed + 99) for bs in args.profile_bs
+    ]
     host_rows = (
         [
             host_breakdown(
-                runner, bs, args.input_len, args.output_len, args.seed + 77, args.max_prefill_tokens, args.host_profile
+                runner,
+                bs,
+                args.input_len,
+                args.output_len,
+                args.seed + 77,
+                args.max_prefill_tokens,
+                args.host_profile,
             )
             for bs in args.batch_size
         ]
@@ -567,7 +659,9 @@ def main(argv=None) -> dict:
     return summary
 
 
-def report(args, name, device, bw, flops, facts: ModelFacts, runner, results: List[Result], sampler_rows) -> dict:
+def report(
+    args, name, device, bw, flops, facts: ModelFacts, runner, results: List[Result], sampler_rows
+) -> dict:
     floor = facts.weight_bytes / bw
     print()
     print(
@@ -579,7 +673,11 @@ def report(args, name, device, bw, flops, facts: ModelFacts, runner, results: Li
         f"measured: copy bandwidth {bw / 1e12:.2f} TB/s, matrix rate {flops / 1e12:.1f} TFLOP/s; weights "
         f"{facts.weight_bytes / GB:.2f} GB -> decode floor {1e3 * floor:.2f} ms/step"
     )
-    hf_step = {r.batch_size: r.decode_step_s for r in results if r.system == "hf" and r.input_len == args.input_len}
+    hf_step = {
+        r.batch_size: r.decode_step_s
+        for r in results
+        if r.system == "hf" and r.input_len == args.input_len
+    }
     print(
         f"{'system':<6} {'bs':>4} {'in':>6} {'prefill ms':>11} {'prefill tok/s':>14} {'prefill/floor':>13} "
         f"{'step ms':>9} {'pipelined':>9} {'tok/s':>9} {'step/floor':>10} {'(w+kv floor)':>12} {'vs HF':>7}"
@@ -592,7 +690,9 @@ def report(args, name, device, bw, flops, facts: ModelFacts, runner, results: Li
         kv = r.batch_size * (r.input_len + r.output_len // 2) * facts.kv_bytes_per_token
         wkv_floor = (facts.weight_bytes + kv) / bw
         vs_hf = (
-            hf_step.get(r.batch_size) / step if (r.system == "ours" and step and hf_step.get(r.batch_size)) else None
+            hf_step.get(r.batch_size) / step
+            if (r.system == "ours" and step and hf_step.get(r.batch_size))
+            else None
         )
         row = dict(
             asdict(r),

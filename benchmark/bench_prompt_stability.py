@@ -41,7 +41,9 @@ def build_system_prompt(tokenizer: Any, n_tokens: int, corpus: Optional[str]) ->
     ids = load_corpus_ids(tokenizer, corpus)
     reps = n_tokens // len(ids) + 1
     body = tokenizer.decode((ids * reps)[:n_tokens], skip_special_tokens=True)
-    return "You are a helpful assistant for a coastal archive. Reference material follows.\n\n" + body
+    return (
+        "You are a helpful assistant for a coastal archive. Reference material follows.\n\n" + body
+    )
 
 
 def system_for(case: str, base: str, rid: str) -> str:
@@ -88,17 +90,27 @@ def _stream(url: str, body: Dict[str, Any], chat: bool) -> Dict[str, Any]:
     else:
         meta = last.get("meta_info", {})
         prompt, cached = meta.get("prompt_tokens"), meta.get("cached_tokens")
-    return {"ttft": ttft, "prompt_tokens": prompt, "cached_tokens": cached, "latency": time.perf_counter() - t0}
+    return {
+        "ttft": ttft,
+        "prompt_tokens": prompt,
+        "cached_tokens": cached,
+        "latency": time.perf_counter() - t0,
+    }
 
 
-def run_case(url: str, tokenizer: Any, case: str, base: str, args: argparse.Namespace) -> Dict[str, Any]:
+def run_case(
+    url: str, tokenizer: Any, case: str, base: str, args: argparse.Namespace
+) -> Dict[str, Any]:
     if not args.no_flush and not server_api.flush_cache(url):
         print("warning: /flush_cache did not succeed", file=sys.stderr)
     chat = args.backend == "sglang-oai-chat"
     rounds: List[Dict[str, Any]] = []
     for _ in range(args.rounds):
         rid = uuid.uuid4().hex
-        messages = [{"role": "system", "content": system_for(case, base, rid)}, {"role": "user", "content": QUESTION}]
+        messages = [
+            {"role": "system", "content": system_for(case, base, rid)},
+            {"role": "user", "content": QUESTION},
+        ]
         if chat:
             body = {
                 "model": args.model or server_api.get_model_name(url),
@@ -109,7 +121,9 @@ def run_case(url: str, tokenizer: Any, case: str, base: str, args: argparse.Name
                 "stream_options": {"include_usage": True},
             }
         else:
-            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            text = tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True
+            )
             body = {
                 "text": text,
                 "stream": True,
@@ -149,7 +163,9 @@ def format_table(rows: List[Dict[str, Any]]) -> str:
 
 
 def main(argv: Optional[List[str]] = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--base-url", default=None)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=30000)
@@ -157,11 +173,15 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--model", default=None)
     p.add_argument("--tokenizer", default=None)
     p.add_argument("--corpus", default=None)
-    p.add_argument("--system-len", type=int, default=2000, help="Tokens of reference text in the system prompt")
+    p.add_argument(
+        "--system-len", type=int, default=2000, help="Tokens of reference text in the system prompt"
+    )
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--max-new-tokens", type=int, default=16)
     p.add_argument("--cases", default=",".join(CASES))
-    p.add_argument("--no-flush", action="store_true", help="Do not flush the cache before each case")
+    p.add_argument(
+        "--no-flush", action="store_true", help="Do not flush the cache before each case"
+    )
     p.add_argument("--output-file", default=None, help="Append one JSON line with every case")
     args = p.parse_args(argv)
 

@@ -44,7 +44,9 @@ SERVER_FLAGS = (
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     a = p.add_argument
     a("--backend", choices=BACKENDS, default="sglang")
     a("--base-url", default=None, help="Overrides --host/--port, e.g. http://127.0.0.1:30000")
@@ -54,24 +56,57 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     a("--tokenizer", default=None, help="Tokenizer path (default: the server's tokenizer_path)")
     a("--dataset-name", choices=DATASETS, default="random")
     a("--dataset-path", default=None, help="ShareGPT-format JSON file for --dataset-name sharegpt")
-    a("--corpus", default=None, help="Plain-text file for --dataset-name random (default benchmark/data/corpus.txt)")
-    a("--num-prompts", type=int, default=50, help="Requests to send (gsp: groups x prompts per group)")
+    a(
+        "--corpus",
+        default=None,
+        help="Plain-text file for --dataset-name random (default benchmark/data/corpus.txt)",
+    )
+    a(
+        "--num-prompts",
+        type=int,
+        default=50,
+        help="Requests to send (gsp: groups x prompts per group)",
+    )
     a("--random-input-len", type=int, default=256)
     a("--random-output-len", type=int, default=32)
-    a("--random-range-ratio", type=float, default=1.0, help="Lengths uniform in [len*ratio, len]; 1.0 = fixed")
+    a(
+        "--random-range-ratio",
+        type=float,
+        default=1.0,
+        help="Lengths uniform in [len*ratio, len]; 1.0 = fixed",
+    )
     a("--gsp-num-groups", type=int, default=4)
     a("--gsp-prompts-per-group", type=int, default=16)
     a("--gsp-system-prompt-len", type=int, default=2048)
     a("--gsp-question-len", type=int, default=128)
     a("--gsp-output-len", type=int, default=256)
     a("--gsp-ordered", action="store_true", help="Send group after group instead of interleaved")
-    a("--sharegpt-output-len", type=int, default=None, help="Fixed output length instead of the answer's")
-    a("--sharegpt-context-len", type=int, default=None, help="Drop pairs longer than this (default 2048)")
-    a("--request-rate", type=float, default=float("inf"), help="Requests/s, Poisson arrivals; inf = all at once")
+    a(
+        "--sharegpt-output-len",
+        type=int,
+        default=None,
+        help="Fixed output length instead of the answer's",
+    )
+    a(
+        "--sharegpt-context-len",
+        type=int,
+        default=None,
+        help="Drop pairs longer than this (default 2048)",
+    )
+    a(
+        "--request-rate",
+        type=float,
+        default=float("inf"),
+        help="Requests/s, Poisson arrivals; inf = all at once",
+    )
     a("--max-concurrency", type=int, default=None, help="Most requests in flight")
     a("--seed", type=int, default=1)
     a("--warmup-requests", type=int, default=1)
-    a("--disable-ignore-eos", action="store_true", help="Let requests stop at EOS (default: run to max tokens)")
+    a(
+        "--disable-ignore-eos",
+        action="store_true",
+        help="Let requests stop at EOS (default: run to max tokens)",
+    )
     a("--disable-stream", action="store_true")
     a("--send-text", action="store_true", help="Native backend: send text instead of token ids")
     a("--temperature", type=float, default=0.0)
@@ -114,7 +149,9 @@ def load_tokenizer(args: argparse.Namespace, url: str) -> Any:
         info = server_api.get_model_info(url)
         path = info.get("tokenizer_path") or info.get("model_path")
     if not path:
-        raise SystemExit("no tokenizer: pass --tokenizer (the server did not report tokenizer_path)")
+        raise SystemExit(
+            "no tokenizer: pass --tokenizer (the server did not report tokenizer_path)"
+        )
     return get_tokenizer(path)
 
 
@@ -129,7 +166,9 @@ def machine_info(load_before: float) -> Dict[str, Any]:
     model = ""
     try:
         with open("/proc/cpuinfo") as f:
-            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
+            model = next(
+                (ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), ""
+            )
     except OSError:
         pass
     return {
@@ -228,7 +267,13 @@ def benchmark(args: argparse.Namespace) -> Dict[str, Any]:
     load_before = os.getloadavg()[0]
     results, duration, _ = asyncio.run(
         run_requests(
-            fn, cfg, reqs, args.request_rate, args.max_concurrency, args.seed, show_progress=not args.disable_tqdm
+            fn,
+            cfg,
+            reqs,
+            args.request_rate,
+            args.max_concurrency,
+            args.seed,
+            show_progress=not args.disable_tqdm,
         )
     )
     info = server_api.get_server_info(url)
@@ -262,7 +307,9 @@ def compare(args: argparse.Namespace) -> None:
         run = records[-1]
         runs.append(run)
         labels.append(
-            (args.compare_labels or [None, None])[i] or run.get("tag") or os.path.splitext(os.path.basename(path))[0]
+            (args.compare_labels or [None, None])[i]
+            or run.get("tag")
+            or os.path.splitext(os.path.basename(path))[0]
         )
     out = args.plot_file or "compare.png"
     plot_compare(runs, labels, out, title=f"{labels[0]} vs {labels[1]}")
@@ -288,7 +335,11 @@ def compare(args: argparse.Namespace) -> None:
         "server_cache_hit_rate",
     ):
         a, b = runs[0].get(key), runs[1].get(key)
-        ratio = f"{b / a:.2f}" if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a else "-"
+        ratio = (
+            f"{b / a:.2f}"
+            if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a
+            else "-"
+        )
         fa = f"{a:.3f}" if isinstance(a, float) else str(a)
         fb = f"{b:.3f}" if isinstance(b, float) else str(b)
         print(f"{key:<24} {fa:>{w}} {fb:>{w}} {ratio:>7}")

@@ -44,7 +44,8 @@ def main(out_dir: str) -> None:
             hf_s = (
                 "-"
                 if not hf
-                else f"{hf:.1f}x" + (("" if hf > HF_SPEEDUP_TARGET else " MISS") if r["batch_size"] == 1 else "")
+                else f"{hf:.1f}x"
+                + (("" if hf > HF_SPEEDUP_TARGET else " MISS") if r["batch_size"] == 1 else "")
             )
             pipe = r.get("decode_pipelined_s")
             step_s = f"{1e3 * step:.2f}" if step else "-"

@@ -126,10 +126,16 @@ def write_model_dir(name: str, folder: str, tokenizer_dir: str) -> str:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description="Write a model config (and tokenizer) folder for --load-format dummy")
+    p = argparse.ArgumentParser(
+        description="Write a model config (and tokenizer) folder for --load-format dummy"
+    )
     p.add_argument("name", choices=sorted(MODEL_CONFIGS))
     p.add_argument("folder")
-    p.add_argument("--tokenizer-dir", default=None, help="Copy this tokenizer in and take the vocabulary from it")
+    p.add_argument(
+        "--tokenizer-dir",
+        default=None,
+        help="Copy this tokenizer in and take the vocabulary from it",
+    )
     a = p.parse_args()
     if a.tokenizer_dir:
         print(write_model_dir(a.name, a.folder, a.tokenizer_dir))

@@ -114,7 +114,10 @@ def gen(
     is a `select`; with `dtype` (int/float/str/bool) the output is constrained and cast."""
     if choices is not None:
         return select(
-            name, choices, temperature=temperature or 0.0, choices_method=choices_method or token_length_normalized
+            name,
+            choices,
+            temperature=temperature or 0.0,
+            choices_method=choices_method or token_length_normalized,
         )
     if regex is not None:
         try:

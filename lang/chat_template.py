@@ -51,12 +51,18 @@ KNOWN_TEMPLATES: Dict[str, ChatTemplate] = {
         },
     ),
     "chatml": _chatml("chatml"),
-    "smollm2": _chatml("smollm2", "You are a helpful AI assistant named SmolLM, trained by Hugging Face"),
-    "qwen2.5": _chatml("qwen2.5", "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."),
+    "smollm2": _chatml(
+        "smollm2", "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+    ),
+    "qwen2.5": _chatml(
+        "qwen2.5", "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+    ),
     "llama-3": ChatTemplate(
         name="llama-3",
         # The tokenizer adds <|begin_of_text|> itself, so the prompt text must not repeat it.
-        role_prefix_and_suffix={r: (f"<|start_header_id|>{r}<|end_header_id|>\n\n", "<|eot_id|>") for r in ROLES},
+        role_prefix_and_suffix={
+            r: (f"<|start_header_id|>{r}<|end_header_id|>\n\n", "<|eot_id|>") for r in ROLES
+        },
         stop_str=("<|eot_id|>",),
     ),
 }
@@ -93,7 +99,9 @@ _S, _U, _A = "SGLSENTINELSYSTEMQ", "SGLSENTINELUSERQ", "SGLSENTINELASSISTANTQ"
 
 
 def _render(tokenizer: Any, messages: List[Dict[str, str]], generation_prompt: bool) -> str:
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+    text = tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=generation_prompt
+    )
     if not isinstance(text, str):
         raise TypeError("apply_chat_template did not return text")
     return text

@@ -74,7 +74,8 @@ class TokenLengthNormalized(ChoicesSamplingMethod):
     ) -> ChoicesDecision:
         best = _argmax(normalized_prompt_logprobs)
         return ChoicesDecision(
-            choices[best], _meta(normalized_prompt_logprobs, input_token_logprobs, output_token_logprobs)
+            choices[best],
+            _meta(normalized_prompt_logprobs, input_token_logprobs, output_token_logprobs),
         )
 
 
@@ -143,7 +144,11 @@ class UnconditionalLikelihoodNormalized(ChoicesSamplingMethod):
         scores = []
         for cond, uncond in zip(input_token_logprobs, unconditional_token_logprobs):
             # The first token of an unconditional sequence has no logprob: count it as 0.
-            diffs = [c[0] - (u[0] if u[0] is not None else 0.0) for c, u in zip(cond, uncond) if c[0] is not None]
+            diffs = [
+                c[0] - (u[0] if u[0] is not None else 0.0)
+                for c, u in zip(cond, uncond)
+                if c[0] is not None
+            ]
             scores.append(sum(diffs) / len(diffs) if diffs else float("-inf"))
         best = _argmax(scores)
         return ChoicesDecision(

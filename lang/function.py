@@ -21,13 +21,19 @@ def _split_run_kwargs(kwargs: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str,
 class SglFunction:
     """A frontend program: a Python function whose first parameter is the state `s`."""
 
-    def __init__(self, func: Callable[..., Any], bind_arguments: Optional[Dict[str, Any]] = None) -> None:
+    def __init__(
+        self, func: Callable[..., Any], bind_arguments: Optional[Dict[str, Any]] = None
+    ) -> None:
         params = list(inspect.signature(func).parameters.values())
         if not params or params[0].name != "s":
-            raise TypeError(f"the first parameter of an sgl.function must be named 's' ({func.__name__})")
+            raise TypeError(
+                f"the first parameter of an sgl.function must be named 's' ({func.__name__})"
+            )
         self.func = func
         self.arg_names = [p.name for p in params[1:]]
-        self.arg_defaults = {p.name: p.default for p in params[1:] if p.default is not inspect.Parameter.empty}
+        self.arg_defaults = {
+            p.name: p.default for p in params[1:] if p.default is not inspect.Parameter.empty
+        }
         self.bind_arguments = dict(bind_arguments or {})
         functools.update_wrapper(self, func)
 
@@ -40,7 +46,9 @@ class SglFunction:
     def arguments(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Dict[str, Any]:
         """Map positional and keyword arguments onto parameter names (bound ones fill the gaps)."""
         if len(args) > len(self.arg_names):
-            raise TypeError(f"{self.func.__name__}() takes {len(self.arg_names)} arguments after s, got {len(args)}")
+            raise TypeError(
+                f"{self.func.__name__}() takes {len(self.arg_names)} arguments after s, got {len(args)}"
+            )
         out = {**self.bind_arguments, **dict(zip(self.arg_names, args))}
         for k, v in kwargs.items():
             if k not in self.arg_names:
@@ -95,5 +103,7 @@ def resolve_backend(backend: Any) -> Any:
 
     backend = backend or global_config.default_backend
     if backend is None:
-        raise RuntimeError("no backend: pass backend=... or call sgl.set_default_backend(...) first")
+        raise RuntimeError(
+            "no backend: pass backend=... or call sgl.set_default_backend(...) first"
+        )
     return backend

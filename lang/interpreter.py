@@ -135,7 +135,9 @@ class StreamExecutor:
             for item in items:
                 self._queue.put(item)
             if self._worker is None:
-                self._worker = threading.Thread(target=self._work, name=f"sgl-{self.sid[:8]}", daemon=True)
+                self._worker = threading.Thread(
+                    target=self._work, name=f"sgl-{self.sid[:8]}", daemon=True
+                )
                 self._worker.start()
 
     def _work(self) -> None:
@@ -195,16 +197,24 @@ class StreamExecutor:
         self.raise_if_failed()
         return self.variables[name]
 
-    def set_var(self, name: str, value: Any, meta_info: Any = None, text: Optional[str] = None) -> None:
+    def set_var(
+        self, name: str, value: Any, meta_info: Any = None, text: Optional[str] = None
+    ) -> None:
         """Assign a variable; `text` is its generated text when the value is a cast of it."""
         with self._cv:
             self.variables[name] = value
             self.meta_info[name] = meta_info
             self.assigned_since_fork.append(name)
-            self.stream_var_text[name] = text if text is not None else (value if isinstance(value, str) else str(value))
+            self.stream_var_text[name] = (
+                text if text is not None else (value if isinstance(value, str) else str(value))
+            )
             self.stream_var_done.add(name)
             pending = self._pending_events.get(name)
-            ev = pending.popleft() if pending else self.variable_event.setdefault(name, threading.Event())
+            ev = (
+                pending.popleft()
+                if pending
+                else self.variable_event.setdefault(name, threading.Event())
+            )
             self._cv.notify_all()
         ev.set()
 
@@ -225,7 +235,9 @@ class StreamExecutor:
         elif isinstance(node, SglGen):
             self._execute_gen(node)
         elif isinstance(node, SglSelect):
-            decision = self.backend.select(self, node.choices, node.temperature, node.choices_method)
+            decision = self.backend.select(
+                self, node.choices, node.temperature, node.choices_method
+            )
             self._append(decision.decision)
             if node.name:
                 self.set_var(node.name, decision.decision, decision.meta_info)
@@ -254,7 +266,9 @@ class StreamExecutor:
         # In chat-formatted prompts the end-of-turn marker must end a gen even if the server keeps it.
         if self.uses_roles and self.chat_template.stop_str:
             stop = [sp.stop] if isinstance(sp.stop, str) else list(sp.stop)
-            sp = sp.merged({"stop": stop + [x for x in self.chat_template.stop_str if x not in stop]})
+            sp = sp.merged(
+                {"stop": stop + [x for x in self.chat_template.stop_str if x not in stop]}
+            )
         return sp
 
     def _execute_gen(self, node: SglGen) -> None:
@@ -277,7 +291,9 @@ class StreamExecutor:
 
     def _role_begin(self, role: str) -> None:
         if self.cur_role is not None:
-            raise ValueError(f"role {role!r} opened inside role {self.cur_role!r}; roles cannot nest")
+            raise ValueError(
+                f"role {role!r} opened inside role {self.cur_role!r}; roles cannot nest"
+            )
         template = self.chat_template
         first = not self.messages_
         if first and role != "system" and template.default_system_prompt is not None:
@@ -304,7 +320,9 @@ class StreamExecutor:
         self.sync()
         children = []
         for _ in range(size):
-            child = StreamExecutor(self.backend, self.default_sampling_params, chat_template=self._chat_template)
+            child = StreamExecutor(
+                self.backend, self.default_sampling_params, chat_template=self._chat_template
+            )
             child.text_ = self.text_
             child.messages_ = list(self.messages_)
             child.variables = dict(self.variables)
@@ -429,7 +447,11 @@ class ProgramState(_RoleMethods):
             return ex.text_ if var_name is None else ex.stream_var_text.get(var_name, "")
 
         def done() -> bool:
-            return ex.finished or ex.error_ is not None or (var_name is not None and var_name in ex.stream_var_done)
+            return (
+                ex.finished
+                or ex.error_ is not None
+                or (var_name is not None and var_name in ex.stream_var_done)
+            )
 
         pos = 0
         while True:
@@ -444,7 +466,9 @@ class ProgramState(_RoleMethods):
         ex.raise_if_failed()
 
     def __repr__(self) -> str:
-        return f"ProgramState({self.stream_executor.text_!r})"  # no sync: repr must not block or raise
+        return (
+            f"ProgramState({self.stream_executor.text_!r})"  # no sync: repr must not block or raise
+        )
 
 
 class ProgramStateGroup:
@@ -491,13 +515,17 @@ class ProgramStateGroup:
             for name in names:
                 children = [s.stream_executor for s in self.states]
                 parent.set_var(
-                    name, [c.variables.get(name) for c in children], [c.meta_info.get(name) for c in children]
+                    name,
+                    [c.variables.get(name) for c in children],
+                    [c.meta_info.get(name) for c in children],
                 )
         elif mode == "concate_and_append":
             parent.submit(SglConcateAndAppend(self.states))
             parent.sync()
         else:
-            raise ValueError(f"unknown join mode {mode!r}; use 'gather_variable' or 'concate_and_append'")
+            raise ValueError(
+                f"unknown join mode {mode!r}; use 'gather_variable' or 'concate_and_append'"
+            )
         for state in self.states:
             state.stream_executor.end()
 
@@ -553,7 +581,9 @@ class _PrefixTracer(_RoleMethods):
             if isinstance(node, SglConstantText):
                 self.prefix += node.value
             elif isinstance(node, SglRoleBegin) and self.cur_role is None:
-                self.prefix += role_begin_text(self.backend.get_chat_template(), node.role, self.first_message)
+                self.prefix += role_begin_text(
+                    self.backend.get_chat_template(), node.role, self.first_message
+                )
                 self.first_message, self.cur_role = False, node.role
             elif isinstance(node, SglRoleEnd) and self.cur_role == node.role:
                 self.prefix += self.backend.get_chat_template().get_prefix_and_suffix(node.role)[1]

@@ -126,7 +126,9 @@ class SglSamplingParams:
         if self.dtype is not None:
             rule = DTYPE_RULES[normalize_dtype(self.dtype)]
             if regex is not None:
-                warnings.warn(f"dtype={self.dtype.__name__} replaces the regex {regex!r}", stacklevel=2)
+                warnings.warn(
+                    f"dtype={self.dtype.__name__} replaces the regex {regex!r}", stacklevel=2
+                )
             regex = rule.regex
             stop += [x for x in rule.extra_stop if x not in stop]
         out: Dict[str, Any] = {
@@ -153,7 +155,12 @@ class SglSamplingParams:
 
     def logprob_kwargs(self) -> Dict[str, Any]:
         """Top-level /generate fields for logprobs, only those the program asked for."""
-        names = ("return_logprob", "logprob_start_len", "top_logprobs_num", "return_text_in_logprobs")
+        names = (
+            "return_logprob",
+            "logprob_start_len",
+            "top_logprobs_num",
+            "return_text_in_logprobs",
+        )
         return {k: getattr(self, k) for k in names if getattr(self, k) is not None}
 
 
@@ -219,7 +226,9 @@ class SglGen(SglExpr):
 
 
 class SglSelect(SglExpr):
-    def __init__(self, name: Optional[str], choices: Sequence[str], temperature: float, choices_method: Any) -> None:
+    def __init__(
+        self, name: Optional[str], choices: Sequence[str], temperature: float, choices_method: Any
+    ) -> None:
         super().__init__()
         self.name = name
         self.choices = list(choices)

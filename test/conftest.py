@@ -74,7 +74,9 @@ def server_url(default_server):
 @pytest.fixture(scope="session")
 def incremental_server():
     """A server streaming deltas (--incremental-streaming-output), as SGLang does with that flag."""
-    srv = ServerProcess(["--max-total-tokens", "8192", "--incremental-streaming-output", "--skip-server-warmup"])
+    srv = ServerProcess(
+        ["--max-total-tokens", "8192", "--incremental-streaming-output", "--skip-server-warmup"]
+    )
     yield srv
     srv.stop()
 

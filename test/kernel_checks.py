@@ -34,7 +34,10 @@ from sglang.srt.layers.attention.triton_ops.decode_attention import (
     decode_attention_ref,
 )
 from sglang.srt.layers.attention.triton_ops.decode_prologue import decode_prologue
-from sglang.srt.layers.attention.triton_ops.extend_attention import extend_attention_fwd, extend_attention_ref
+from sglang.srt.layers.attention.triton_ops.extend_attention import (
+    extend_attention_fwd,
+    extend_attention_ref,
+)
 from sglang.srt.layers.sampler import race_argmax_torch
 from sglang.srt.layers.triton_ops import (
     apply_rotary_emb_,
@@ -152,8 +155,12 @@ def check_decode(
     else:
         q = torch.randn((bs, num_heads, head_dim), generator=gen).to(dtype).to(device)
     o = torch.full((bs, num_heads, v_dim), float("nan"), dtype=dtype, device=device)
-    attn_logits = torch.full((bs, num_heads, max_kv_splits, v_dim), float("nan"), dtype=torch.float32, device=device)
-    attn_lse = torch.full((bs, num_heads, max_kv_splits), float("nan"), dtype=torch.float32, device=device)
+    attn_logits = torch.full(
+        (bs, num_heads, max_kv_splits, v_dim), float("nan"), dtype=torch.float32, device=device
+    )
+    attn_lse = torch.full(
+        (bs, num_heads, max_kv_splits), float("nan"), dtype=torch.float32, device=device
+    )
     if splits == "auto":
         # On the CPU pretend to have 4 SMs so that the small test batches still get several splits.
         small = dict(num_sms=4, min_split_len=8) if device == "cpu" else {}
@@ -217,7 +224,9 @@ def check_extend(
     v_dim = v_dim or head_dim
     seq_lens = [p + e for p, e in zip(prefix_lens, extend_lens)]
     # New tokens' pool slots stay NaN: the kernel must take their K/V from k_extend / v_extend.
-    pb = make_paged_batch(seq_lens, num_kv_heads, head_dim, v_dim, dtype, device, gen, cached_lens=prefix_lens)
+    pb = make_paged_batch(
+        seq_lens, num_kv_heads, head_dim, v_dim, dtype, device, gen, cached_lens=prefix_lens
+    )
     n_tok = sum(extend_lens)
     q = torch.randn((n_tok, num_heads, head_dim), generator=gen).to(dtype).to(device)
     k = torch.randn((n_tok, num_kv_heads, head_dim), generator=gen).to(dtype).to(device)
@@ -262,7 +271,13 @@ def check_extend(
 
 
 def check_rmsnorm(
-    n: int, hidden: int, *, residual: bool, dtype: torch.dtype = torch.float32, device: str = "cpu", seed: int = 0
+    n: int,
+    hidden: int,
+    *,
+    residual: bool,
+    dtype: torch.dtype = torch.float32,
+    device: str = "cpu",
+    seed: int = 0,
 ) -> float:
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn((n, hidden), generator=gen).to(dtype).to(device)
@@ -288,7 +303,15 @@ def check_silu_and_mul(
     return rel_err(out, silu_and_mul_ref(x))
 
 
-def _qkv_rows(n: int, n_q: int, n_k: int, head_size: int, dtype: torch.dtype, device: str, gen: torch.Generator):
+def _qkv_rows(
+    n: int,
+    n_q: int,
+    n_k: int,
+    head_size: int,
+    dtype: torch.dtype,
+    device: str,
+    gen: torch.Generator,
+):
     """q, k, v as strided column slices of one fused qkv projection, and random positions < 4096."""
     qkv = torch.randn((n, (n_q + 2 * n_k) * head_size), generator=gen).to(dtype).to(device)
     q = qkv[:, : n_q * head_size]
@@ -322,10 +345,21 @@ def check_rotary_store(
     vb = torch.randn((slots, n_k, head_size), generator=gen).to(kv_dtype).to(device)
     q_ref, k_ref = apply_rotary_emb_ref(pos, q, k, head_size, cache)
     kb_ref, vb_ref = kb.clone(), vb.clone()
-    store_kv_ref(kb_ref, vb_ref, loc, k_ref.view(n, n_k, head_size), v.view(n, n_k, head_size), k_scale, v_scale)
+    store_kv_ref(
+        kb_ref,
+        vb_ref,
+        loc,
+        k_ref.view(n, n_k, head_size),
+        v.view(n, n_k, head_size),
+        k_scale,
+        v_scale,
+    )
     apply_rotary_emb_and_store_(pos, q, k, v, head_size, cache, kb, vb, loc, k_scale, v_scale)
     return max(
-        rel_err(q, q_ref), rel_err(k, k_ref), rel_err(kb.float(), kb_ref.float()), rel_err(vb.float(), vb_ref.float())
+        rel_err(q, q_ref),
+        rel_err(k, k_ref),
+        rel_err(kb.float(), kb_ref.float()),
+        rel_err(vb.float(), vb_ref.float()),
     )
 
 
@@ -440,7 +474,9 @@ def check_decode_prologue(
     return 0.0 if ok and torch.equal(dev[3].cpu(), expect) else math.inf
 
 
-def check_race(bs: int, vocab: int, *, kind: str = "softmax", device: str = "cpu", seed: int = 0) -> float:
+def check_race(
+    bs: int, vocab: int, *, kind: str = "softmax", device: str = "cpu", seed: int = 0
+) -> float:
     """The fused exponential race picks exactly the torch sampler's ids (0 or inf).
     kind: softmax rows; filtered (most ids zeroed, as after top-k / top-p); uniform (hash collisions
     give exact ties, which must go to the smallest id); strided (rows of a wider buffer)."""
@@ -462,7 +498,13 @@ def check_race(bs: int, vocab: int, *, kind: str = "softmax", device: str = "cpu
 
 
 def check_greedy(
-    bs: int, vocab: int, *, kind: str = "random", dtype: torch.dtype = torch.float32, device: str = "cpu", seed: int = 0
+    bs: int,
+    vocab: int,
+    *,
+    kind: str = "random",
+    dtype: torch.dtype = torch.float32,
+    device: str = "cpu",
+    seed: int = 0,
 ) -> float:
     """The fused greedy pick equals the sampler's torch rule exactly (ids and dead flags; 0 or inf).
     kind: random; ties (few distinct values: the first maximum must win across splits); special
@@ -485,7 +527,9 @@ def check_greedy(
     x = x.to(dtype)
     ids, dead = greedy_argmax(x.to(device))
     ref_ids, ref_dead = greedy_torch(x.float())
-    return 0.0 if torch.equal(ids.cpu(), ref_ids) and torch.equal(dead.cpu(), ref_dead) else math.inf
+    return (
+        0.0 if torch.equal(ids.cpu(), ref_ids) and torch.equal(dead.cpu(), ref_dead) else math.inf
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -499,10 +543,22 @@ _LENS_B = [33, 1, 70, 2]
 def decode_cases(full: bool) -> List[tuple]:
     cases = [
         ("decode MHA ratio1 D64", lambda s: check_decode(_LENS_A, 4, 4, 64, seed=s)),
-        ("decode GQA ratio3 D80 random-splits", lambda s: check_decode(_LENS_B, 6, 2, 80, splits="random", seed=s)),
-        ("decode GQA ratio4 D64 q-view", lambda s: check_decode(_LENS_A, 8, 2, 64, q_view=True, seed=s)),
-        ("decode GQA ratio4 D80 cap", lambda s: check_decode(_LENS_B, 4, 1, 80, logit_cap=5.0, seed=s)),
-        ("decode grouped-kernel ratio1", lambda s: check_decode(_LENS_B, 2, 2, 64, grouped=True, seed=s)),
+        (
+            "decode GQA ratio3 D80 random-splits",
+            lambda s: check_decode(_LENS_B, 6, 2, 80, splits="random", seed=s),
+        ),
+        (
+            "decode GQA ratio4 D64 q-view",
+            lambda s: check_decode(_LENS_A, 8, 2, 64, q_view=True, seed=s),
+        ),
+        (
+            "decode GQA ratio4 D80 cap",
+            lambda s: check_decode(_LENS_B, 4, 1, 80, logit_cap=5.0, seed=s),
+        ),
+        (
+            "decode grouped-kernel ratio1",
+            lambda s: check_decode(_LENS_B, 2, 2, 64, grouped=True, seed=s),
+        ),
         ("decode seq_len0 row", lambda s: check_decode([0, 9, 3], 4, 2, 64, seed=s)),
         ("decode Dv!=D (D80, Dv64)", lambda s: check_decode(_LENS_A, 6, 2, 80, v_dim=64, seed=s)),
         (
@@ -512,35 +568,60 @@ def decode_cases(full: bool) -> List[tuple]:
         # Random split counts mix single-split requests (stage 1 writes o, scaled) with merged ones.
         (
             "decode scales, 1-split + merged rows",
-            lambda s: check_decode(_LENS_B, 8, 2, 64, splits="random", k_scale=0.7, v_scale=1.9, seed=s),
+            lambda s: check_decode(
+                _LENS_B, 8, 2, 64, splits="random", k_scale=0.7, v_scale=1.9, seed=s
+            ),
         ),
         (
             "decode per-head scales, random splits",
-            lambda s: check_decode(_LENS_A, 3, 3, 64, splits="random", k_scale=1.3, v_scale=0.6, seed=s),
+            lambda s: check_decode(
+                _LENS_A, 3, 3, 64, splits="random", k_scale=1.3, v_scale=0.6, seed=s
+            ),
         ),
         # 32+ requests: stage 2 merges a block of heads per program (12 heads: a full block of 8 and a masked one).
         (
             "decode bs33 head-blocked stage 2",
-            lambda s: check_decode(list(range(1, 34)), 12, 3, 64, splits="random", v_scale=1.5, seed=s),
+            lambda s: check_decode(
+                list(range(1, 34)), 12, 3, 64, splits="random", v_scale=1.5, seed=s
+            ),
         ),
         (
             "decode CUDA tiles (BLOCK_N 64)",
-            lambda s: check_decode([200, 64, 65, 1], 8, 2, 80, splits="random", config=dict(BLOCK_N=64), seed=s),
+            lambda s: check_decode(
+                [200, 64, 65, 1], 8, 2, 80, splits="random", config=dict(BLOCK_N=64), seed=s
+            ),
         ),
         # Half precision exercises the casts before tl.dot. fp16, not bf16: the triton 3.9
         # interpreter computes tl.dot on bf16 inputs wrongly (a plain 16x16 bf16 dot is off by 1e10).
-        ("decode fp16 GQA D128", lambda s: check_decode(_LENS_B, 8, 2, 128, dtype=torch.float16, seed=s), 1e-2),
-        ("decode fp16 MHA D64", lambda s: check_decode(_LENS_A, 3, 3, 64, dtype=torch.float16, seed=s), 1e-2),
+        (
+            "decode fp16 GQA D128",
+            lambda s: check_decode(_LENS_B, 8, 2, 128, dtype=torch.float16, seed=s),
+            1e-2,
+        ),
+        (
+            "decode fp16 MHA D64",
+            lambda s: check_decode(_LENS_A, 3, 3, 64, dtype=torch.float16, seed=s),
+            1e-2,
+        ),
     ]
     if full:
         cases += [
-            ("decode per-head-kernel ratio4", lambda s: check_decode(_LENS_A, 8, 2, 64, grouped=False, seed=s)),
-            ("decode ratio20 (2 head blocks)", lambda s: check_decode([3, 50], 20, 1, 64, splits="3", seed=s)),
+            (
+                "decode per-head-kernel ratio4",
+                lambda s: check_decode(_LENS_A, 8, 2, 64, grouped=False, seed=s),
+            ),
+            (
+                "decode ratio20 (2 head blocks)",
+                lambda s: check_decode([3, 50], 20, 1, 64, splits="3", seed=s),
+            ),
             (
                 "decode ratio1 D80 random-splits cap",
                 lambda s: check_decode(_LENS_B, 3, 3, 80, splits="random", logit_cap=3.0, seed=s),
             ),
-            ("decode long 1 split", lambda s: check_decode([300, 129], 4, 1, 64, splits="1", seed=s)),
+            (
+                "decode long 1 split",
+                lambda s: check_decode([300, 129], 4, 1, 64, splits="1", seed=s),
+            ),
             (
                 "decode bs16 auto splits",
                 lambda s: check_decode(list(range(1, 97, 6)), 4, 2, 64, max_kv_splits=8, seed=s),
@@ -551,20 +632,38 @@ def decode_cases(full: bool) -> List[tuple]:
 
 def extend_cases(full: bool) -> List[tuple]:
     cases = [
-        ("extend ratio1 D64", lambda s: check_extend([0, 5, 33, 16], [1, 17, 20, 3], 2, 2, 64, seed=s)),
+        (
+            "extend ratio1 D64",
+            lambda s: check_extend([0, 5, 33, 16], [1, 17, 20, 3], 2, 2, 64, seed=s),
+        ),
         ("extend ratio3 D80", lambda s: check_extend([0, 18], [35, 1], 3, 1, 80, seed=s)),
-        ("extend ratio4 D64 cap", lambda s: check_extend([7, 0, 40], [16, 33, 2], 4, 1, 64, logit_cap=4.0, seed=s)),
-        ("extend ratio4 D80 long", lambda s: check_extend([70, 0, 3], [45, 64, 1], 8, 2, 80, seed=s)),
+        (
+            "extend ratio4 D64 cap",
+            lambda s: check_extend([7, 0, 40], [16, 33, 2], 4, 1, 64, logit_cap=4.0, seed=s),
+        ),
+        (
+            "extend ratio4 D80 long",
+            lambda s: check_extend([70, 0, 3], [45, 64, 1], 8, 2, 80, seed=s),
+        ),
         # CUDA tile shapes: with BLOCK_M > BLOCK_N some rows of a diagonal tile see no key at all.
         (
             "extend CUDA tiles (M128 N64)",
             lambda s: check_extend(
-                [70, 0], [130, 129], 2, 1, 80, logit_cap=2.0, config=dict(BLOCK_M=128, BLOCK_N=64), seed=s
+                [70, 0],
+                [130, 129],
+                2,
+                1,
+                80,
+                logit_cap=2.0,
+                config=dict(BLOCK_M=128, BLOCK_N=64),
+                seed=s,
             ),
         ),
         (
             "extend CUDA tiles (M64 N32)",
-            lambda s: check_extend([0, 40], [100, 1], 2, 2, 64, config=dict(BLOCK_M=64, BLOCK_N=32), seed=s),
+            lambda s: check_extend(
+                [0, 40], [100, 1], 2, 2, 64, config=dict(BLOCK_M=64, BLOCK_N=32), seed=s
+            ),
         ),
         (
             "extend fp16 ratio4 D128",
@@ -574,8 +673,14 @@ def extend_cases(full: bool) -> List[tuple]:
     ]
     if full:
         cases += [
-            ("extend ratio3 D64 no-prefix", lambda s: check_extend([0, 0, 0], [1, 50, 17], 6, 2, 64, seed=s)),
-            ("extend Dv!=D (D80, Dv64)", lambda s: check_extend([20, 1], [30, 17], 4, 2, 80, v_dim=64, seed=s)),
+            (
+                "extend ratio3 D64 no-prefix",
+                lambda s: check_extend([0, 0, 0], [1, 50, 17], 6, 2, 64, seed=s),
+            ),
+            (
+                "extend Dv!=D (D80, Dv64)",
+                lambda s: check_extend([20, 1], [30, 17], 4, 2, 80, v_dim=64, seed=s),
+            ),
             ("extend D128 ratio1", lambda s: check_extend([33], [40], 2, 2, 128, seed=s)),
         ]
     return cases
@@ -592,7 +697,11 @@ def fused_cases(full: bool) -> List[tuple]:
             lambda s: check_rmsnorm(4, 4096, residual=True, dtype=torch.bfloat16, seed=s),
             1e-2,
         ),
-        ("silu_and_mul bf16", lambda s: check_silu_and_mul(3, 1000, dtype=torch.bfloat16, seed=s), 1e-2),
+        (
+            "silu_and_mul bf16",
+            lambda s: check_silu_and_mul(3, 1000, dtype=torch.bfloat16, seed=s),
+            1e-2,
+        ),
         ("rotary bf16", lambda s: check_rotary(3, 8, 2, 128, dtype=torch.bfloat16, seed=s), 1e-2),
         ("store_kv bf16", lambda s: check_store_kv(5, 2, 128, dtype=torch.bfloat16, seed=s)),
         ("silu_and_mul I=80", lambda s: check_silu_and_mul(4, 80, seed=s)),
@@ -602,25 +711,46 @@ def fused_cases(full: bool) -> List[tuple]:
         ("store_kv strided H3 D64", lambda s: check_store_kv(7, 3, 64, seed=s)),
         ("store_kv contiguous H2 D80", lambda s: check_store_kv(5, 2, 80, strided=False, seed=s)),
         ("rotary+store H8/2 D128", lambda s: check_rotary_store(5, 8, 2, 128, seed=s)),
-        ("rotary+store H9/3 D64 scaled", lambda s: check_rotary_store(4, 9, 3, 64, k_scale=0.5, v_scale=2.0, seed=s)),
-        ("rotary+store bf16 H4/1 D80", lambda s: check_rotary_store(3, 4, 1, 80, dtype=torch.bfloat16, seed=s), 1e-2),
+        (
+            "rotary+store H9/3 D64 scaled",
+            lambda s: check_rotary_store(4, 9, 3, 64, k_scale=0.5, v_scale=2.0, seed=s),
+        ),
+        (
+            "rotary+store bf16 H4/1 D80",
+            lambda s: check_rotary_store(3, 4, 1, 80, dtype=torch.bfloat16, seed=s),
+            1e-2,
+        ),
         (
             "gemv M1 N37 K300 (K tail, row tail)",
-            lambda s: check_gemv(1, 37, 300, seed=s, config=dict(BLOCK_N=8, BLOCK_K=128, num_warps=1)),
+            lambda s: check_gemv(
+                1, 37, 300, seed=s, config=dict(BLOCK_N=8, BLOCK_K=128, num_warps=1)
+            ),
         ),
         (
             "gemv M3 N16 K256 bias",
-            lambda s: check_gemv(3, 16, 256, bias=True, seed=s, config=dict(BLOCK_N=4, BLOCK_K=64, num_warps=1)),
+            lambda s: check_gemv(
+                3, 16, 256, bias=True, seed=s, config=dict(BLOCK_N=4, BLOCK_K=64, num_warps=1)
+            ),
         ),
         (
             "gemv M4 N9 K70 (one K tile)",
-            lambda s: check_gemv(4, 9, 70, seed=s, config=dict(BLOCK_N=8, BLOCK_K=128, num_warps=1)),
+            lambda s: check_gemv(
+                4, 9, 70, seed=s, config=dict(BLOCK_N=8, BLOCK_K=128, num_warps=1)
+            ),
         ),
-        ("gemv M2 bf16 default config", lambda s: check_gemv(2, 24, 600, dtype=torch.bfloat16, seed=s), 1e-2),
+        (
+            "gemv M2 bf16 default config",
+            lambda s: check_gemv(2, 24, 600, dtype=torch.bfloat16, seed=s),
+            1e-2,
+        ),
         (
             "small-M M2 N37 K300 (tails)",
             lambda s: check_small_m(
-                2, 37, 300, seed=s, config=dict(BLOCK_N=16, BLOCK_K=64, PREFETCH=0, num_warps=1, num_stages=1)
+                2,
+                37,
+                300,
+                seed=s,
+                config=dict(BLOCK_N=16, BLOCK_K=64, PREFETCH=0, num_warps=1, num_stages=1),
             ),
             1e-2,
         ),
@@ -639,26 +769,45 @@ def fused_cases(full: bool) -> List[tuple]:
         (
             "small-M M64 N32 K128 prefetch one tile",
             lambda s: check_small_m(
-                64, 32, 128, seed=s, config=dict(BLOCK_N=32, BLOCK_K=128, PREFETCH=1, num_warps=1, num_stages=1)
+                64,
+                32,
+                128,
+                seed=s,
+                config=dict(BLOCK_N=32, BLOCK_K=128, PREFETCH=1, num_warps=1, num_stages=1),
             ),
             1e-2,
         ),
         ("decode prologue bs1", lambda s: check_decode_prologue(1, seed=s)),
-        ("decode prologue bs70 (1,000 SMs: 1-16 splits)", lambda s: check_decode_prologue(70, num_sms=1000, seed=s)),
-        ("decode prologue bs1500 (two blocks)", lambda s: check_decode_prologue(1500, max_len=600, seed=s)),
+        (
+            "decode prologue bs70 (1,000 SMs: 1-16 splits)",
+            lambda s: check_decode_prologue(70, num_sms=1000, seed=s),
+        ),
+        (
+            "decode prologue bs1500 (two blocks)",
+            lambda s: check_decode_prologue(1500, max_len=600, seed=s),
+        ),
         ("greedy bs3 V1000 (splits)", lambda s: check_greedy(3, 1000, seed=s)),
         ("greedy ties bs4 V3000", lambda s: check_greedy(4, 3000, kind="ties", seed=s)),
-        ("greedy NaN / inf / dead rows bs5 V900", lambda s: check_greedy(5, 900, kind="special", seed=s)),
+        (
+            "greedy NaN / inf / dead rows bs5 V900",
+            lambda s: check_greedy(5, 900, kind="special", seed=s),
+        ),
         ("greedy bf16 bs2 V513", lambda s: check_greedy(2, 513, dtype=torch.bfloat16, seed=s)),
         ("race argmax softmax bs3 V1000 (splits)", lambda s: check_race(3, 1000, seed=s)),
         ("race argmax filtered bs2 V777", lambda s: check_race(2, 777, kind="filtered", seed=s)),
-        ("race argmax uniform ties bs4 V3000", lambda s: check_race(4, 3000, kind="uniform", seed=s)),
+        (
+            "race argmax uniform ties bs4 V3000",
+            lambda s: check_race(4, 3000, kind="uniform", seed=s),
+        ),
         ("race argmax strided rows bs1 V300", lambda s: check_race(1, 300, kind="strided", seed=s)),
         ("race argmax all-zero rows bs2 V500", lambda s: check_race(2, 500, kind="zeros", seed=s)),
     ]
     if full:
         cases += [
-            ("fused_add_rmsnorm hidden 4096", lambda s: check_rmsnorm(4, 4096, residual=True, seed=s)),
+            (
+                "fused_add_rmsnorm hidden 4096",
+                lambda s: check_rmsnorm(4, 4096, residual=True, seed=s),
+            ),
             ("rotary H32/8 D128", lambda s: check_rotary(4, 32, 8, 128, seed=s)),
         ]
     return cases
@@ -673,17 +822,23 @@ TOL = 2e-5  # float32 on CPU: only summation order differs (cases may give their
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("groups", nargs="*", help=f"any of {sorted(GROUPS)} (default: all)")
     ap.add_argument("--full", action="store_true", help="also run the slower / bigger cases")
-    ap.add_argument("--seed", type=int, default=None, help="base seed (default: time-based, printed)")
+    ap.add_argument(
+        "--seed", type=int, default=None, help="base seed (default: time-based, printed)"
+    )
     args = ap.parse_args(argv)
     unknown = set(args.groups) - set(GROUPS)
     if unknown:
         ap.error(f"unknown group(s) {sorted(unknown)}")
     groups = args.groups or list(GROUPS)
     if os.environ.get("TRITON_INTERPRET") != "1":
-        print("kernel_checks must run with TRITON_INTERPRET=1 (run it as a script)", file=sys.stderr)
+        print(
+            "kernel_checks must run with TRITON_INTERPRET=1 (run it as a script)", file=sys.stderr
+        )
         return 2
     seed = args.seed if args.seed is not None else int(time.time()) % 100000
     print(f"seed {seed}")
@@ -697,7 +852,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                 err, name = math.inf, f"{name} raised {type(e).__name__}: {e}"
             ok = err <= (tol[0] if tol else TOL)
             failures += not ok
-            print(f"{'ok  ' if ok else 'FAIL'} {name:<45} rel_err={err:.2e} ({time.perf_counter() - t0:.1f}s)")
+            print(
+                f"{'ok  ' if ok else 'FAIL'} {name:<45} rel_err={err:.2e} ({time.perf_counter() - t0:.1f}s)"
+            )
     print(f"{failures} failure(s)")
     return 1 if failures else 0
 

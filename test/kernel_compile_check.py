@@ -25,7 +25,15 @@ from triton.compiler import ASTSource
 
 from sglang.srt.layers.attention.triton_ops import decode_attention as da
 from sglang.srt.layers.attention.triton_ops import extend_attention as ea
-from sglang.srt.layers.triton_ops import activation, gemv, kv_store, rms_norm, rotary, sampling, small_m_gemm
+from sglang.srt.layers.triton_ops import (
+    activation,
+    gemv,
+    kv_store,
+    rms_norm,
+    rotary,
+    sampling,
+    small_m_gemm,
+)
 
 TARGET = GPUTarget("cuda", 90, 32)
 
@@ -86,7 +94,9 @@ def compile_kernel(
         c = triton.compile(
             ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
             target=TARGET,
-            options=dict(num_warps=num_warps, num_stages=num_stages, launch_pdl=bool(consts.get("PDL"))),
+            options=dict(
+                num_warps=num_warps, num_stages=num_stages, launch_pdl=bool(consts.get("PDL"))
+            ),
         )
     except Exception as e:  # noqa: BLE001
         print(f"FAIL {label}: {type(e).__name__}: {str(e)[:3000]}")
@@ -114,8 +124,19 @@ def main(argv: Optional[list] = None) -> int:
     for dt in ("bf16", "fp16"):
         p = lambda *names, dt=dt: {n: f"*{dt}" for n in names}
         attn = {"ReqToToken": "*i32", "ReqPoolIdx": "*i64", "SeqLens": "*i64"}
-        dec_ptrs = {**p("Q", "K", "V", "O"), **attn, "NumSplits": "*i32", "Mid": "*fp32", "MidLse": "*fp32"}
-        ext_ptrs = {**p("Q", "KExt", "VExt", "O", "KBuf", "VBuf"), **attn, "ExtLens": "*i64", "ExtStart": "*i64"}
+        dec_ptrs = {
+            **p("Q", "K", "V", "O"),
+            **attn,
+            "NumSplits": "*i32",
+            "Mid": "*fp32",
+            "MidLse": "*fp32",
+        }
+        ext_ptrs = {
+            **p("Q", "KExt", "VExt", "O", "KBuf", "VBuf"),
+            **attn,
+            "ExtLens": "*i64",
+            "ExtStart": "*i64",
+        }
         dims = ((128, 128), (64, 64), (80, 80), (256, 256)) if dt == "bf16" else ((128, 128),)
         for d, dv in dims:
             bd, bdv = triton.next_power_of_2(d), triton.next_power_of_2(dv)
@@ -222,7 +243,14 @@ def main(argv: Optional[list] = None) -> int:
             1,
             ("eps",),
         )
-        ok &= compile_kernel(f"silu_and_mul {dt}", activation._silu_and_mul_kernel, p("X", "Y"), dict(BLOCK=1024), 4, 1)
+        ok &= compile_kernel(
+            f"silu_and_mul {dt}",
+            activation._silu_and_mul_kernel,
+            p("X", "Y"),
+            dict(BLOCK=1024),
+            4,
+            1,
+        )
         ok &= compile_kernel(
             f"rotary {dt} 32/8 D128",
             rotary._rotary_kernel,
@@ -235,7 +263,16 @@ def main(argv: Optional[list] = None) -> int:
             f"rotary+store {dt} 32/8 D128",
             rotary._rotary_store_kernel,
             {**p("Q", "K", "V", "KBuf", "VBuf"), "Pos": "*i64", "Cache": "*fp32", "Loc": "*i64"},
-            dict(HEAD_SIZE=128, HALF=64, DV=128, BLOCK_HQ=32, BLOCK_HK=8, BLOCK_HALF=64, BLOCK_DV=128, SCALED=False),
+            dict(
+                HEAD_SIZE=128,
+                HALF=64,
+                DV=128,
+                BLOCK_HQ=32,
+                BLOCK_HK=8,
+                BLOCK_HALF=64,
+                BLOCK_DV=128,
+                SCALED=False,
+            ),
             8,
             1,
             STORE_FLOATS,
@@ -363,7 +400,12 @@ def main(argv: Optional[list] = None) -> int:
     ok &= compile_kernel(
         "extend fp32 ieee D64",
         ea._extend_attention_kernel,
-        {**p32("Q", "KExt", "VExt", "O", "KBuf", "VBuf"), **attn, "ExtLens": "*i64", "ExtStart": "*i64"},
+        {
+            **p32("Q", "KExt", "VExt", "O", "KBuf", "VBuf"),
+            **attn,
+            "ExtLens": "*i64",
+            "ExtStart": "*i64",
+        },
         dict(
             GROUP=4,
             D=64,

@@ -46,7 +46,9 @@ def _configs() -> Dict[str, object]:
             },
         ),
         "qwen2": Qwen2Config(
-            **_COMMON, tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}
+            **_COMMON,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
         ),
         "qwen3": Qwen3Config(
             **_COMMON,

@@ -36,11 +36,21 @@ class ServerProcess:
         self.args = list(args or []) + (["--api-key", api_key] if api_key else [])
         # What the helpers below send: the key, when the server wants one.
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.log = tempfile.NamedTemporaryFile("w+", prefix="sglang-test-", suffix=".log", delete=False)
+        self.log = tempfile.NamedTemporaryFile(
+            "w+", prefix="sglang-test-", suffix=".log", delete=False
+        )
         full_env = dict(os.environ)
         full_env.setdefault("SGLANG_STRICT_MEM_CHECK", "1")
         full_env.update(env or {})
-        cmd = [sys.executable, "-m", "sglang.srt.entrypoints.cli", "serve", "--port", str(self.port), *self.args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "sglang.srt.entrypoints.cli",
+            "serve",
+            "--port",
+            str(self.port),
+            *self.args,
+        ]
         self.proc = subprocess.Popen(
             cmd, stdout=self.log, stderr=subprocess.STDOUT, env=full_env, start_new_session=True
         )
@@ -50,7 +60,9 @@ class ServerProcess:
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited during startup ({self.proc.returncode}):\n{self.log_tail()}")
+                raise RuntimeError(
+                    f"server exited during startup ({self.proc.returncode}):\n{self.log_tail()}"
+                )
             try:
                 if requests.get(self.url + "/health", timeout=2).status_code == 200:
                     return
@@ -134,7 +146,9 @@ def stream_chunks(url: str, body: dict, timeout: float = 120) -> List[dict]:
     import json
 
     out = []
-    with requests.post(url + "/generate", json=dict(body, stream=True), stream=True, timeout=timeout) as r:
+    with requests.post(
+        url + "/generate", json=dict(body, stream=True), stream=True, timeout=timeout
+    ) as r:
         assert r.status_code == 200, r.text
         for line in r.iter_lines():
             if not line:
@@ -153,5 +167,9 @@ def assert_error_shape(r: requests.Response, status: int, typ: str) -> dict:
     body = r.json()
     assert set(body) == {"object", "message", "type", "param", "code", "error"}, body
     assert (body["object"], body["type"], body["code"]) == ("error", typ, status), body
-    assert body["message"] and body["error"]["message"] == body["message"] and body["error"]["type"] == typ
+    assert (
+        body["message"]
+        and body["error"]["message"] == body["message"]
+        and body["error"]["type"] == typ
+    )
     return body

@@ -44,7 +44,13 @@ def test_bench_one_batch_cpu(tmp_path, capsys) -> None:
     text = capsys.readouterr().out
     assert "max_total_num_tokens 4096" in text and "decode floor" in text
     rows = {(r["system"], r["batch_size"], r["input_len"]): r for r in summary["rows"]}
-    assert set(rows) == {("hf", 1, 24), ("hf", 1, 40), ("ours", 1, 24), ("ours", 3, 24), ("ours", 1, 40)}
+    assert set(rows) == {
+        ("hf", 1, 24),
+        ("hf", 1, 40),
+        ("ours", 1, 24),
+        ("ours", 3, 24),
+        ("ours", 1, 40),
+    }
     ours = rows[("ours", 3, 24)]
     assert ours["decode_step_s"] > 0 and ours["decode_pipelined_s"] > 0 and ours["prefill_s"] > 0
     assert ours["decode_ratio"] == ours["decode_step_s"] / ours["decode_floor_s"]

@@ -27,7 +27,11 @@ pytestmark = pytest.mark.timeout(300)
 
 def run_bench(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     proc = subprocess.run(
-        [sys.executable, BENCH, "--disable-tqdm", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+        [sys.executable, BENCH, "--disable-tqdm", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc
@@ -226,7 +230,9 @@ def test_compare_draws_a_chart(tmp_path):
 def test_datasets_lengths_and_shared_prefixes(tokenizer):
     rng = np.random.default_rng(0)
     reqs = sample_random(tokenizer, 5, 40, 7, 1.0, rng)
-    assert all(r.prompt_len == 40 == len(r.prompt_ids) and r.output_len == 7 and r.prompt for r in reqs)
+    assert all(
+        r.prompt_len == 40 == len(r.prompt_ids) and r.output_len == 7 and r.prompt for r in reqs
+    )
     gsp = sample_generated_shared_prefix(tokenizer, 3, 4, 32, 5, 2, np.random.default_rng(1))
     assert len(gsp) == 12 and {r.group for r in gsp} == {0, 1, 2}
     for g in range(3):
@@ -268,7 +274,9 @@ def test_summary_counts_empty_outputs_and_peak_concurrency():
             start=0.3,
             cached_tokens=0,
         ),
-        RequestResult(success=False, status=503, error="HTTP 503: The request queue is full.", start=0.9),
+        RequestResult(
+            success=False, status=503, error="HTTP 503: The request queue is full.", start=0.9
+        ),
     ]
     s = summarize(rs, 1.0, Tok(), {"cache_hit_rate": 0.5})
     assert s["completed"] == 2 and s["failed"] == 1

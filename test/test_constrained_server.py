@@ -72,7 +72,9 @@ def _sampled(url, prompt, key, value):
 @pytest.mark.parametrize("name", list(SCHEMAS))
 def test_sampled_json_always_validates(server_url, name):
     schema = SCHEMAS[name]
-    texts = _sampled(server_url, f"Write a {name} record as JSON:\n", "json_schema", json.dumps(schema))
+    texts = _sampled(
+        server_url, f"Write a {name} record as JSON:\n", "json_schema", json.dumps(schema)
+    )
     assert len(set(texts)) > 10  # really sampled
     for t in texts:
         jsonschema.validate(json.loads(t), schema)
@@ -88,23 +90,32 @@ def test_sampled_regex_always_matches(server_url, name):
 
 def test_greedy_constrained_equals_unconstrained_where_allowed(server_url):
     prompt = "The capital of France is"
-    free = generate(server_url, text=prompt, sampling_params={"max_new_tokens": 16, "temperature": 0}).json()
+    free = generate(
+        server_url, text=prompt, sampling_params={"max_new_tokens": 16, "temperature": 0}
+    ).json()
     assert free["text"].startswith(" Paris.\n\nThe answer is: 20")
     pattern = r" Paris\.\n\nThe answer is: [0-9]{4}-[0-9]{2}"
     con = generate(
-        server_url, text=prompt, sampling_params={"max_new_tokens": 32, "temperature": 0, "regex": pattern}
+        server_url,
+        text=prompt,
+        sampling_params={"max_new_tokens": 32, "temperature": 0, "regex": pattern},
     ).json()
     assert re.fullmatch(pattern, con["text"])
     assert free["text"].startswith(con["text"])
     ids = con["output_ids"]
-    assert con["meta_info"]["finish_reason"] == {"type": "stop", "matched": ids[-1]}  # EOS once the regex ends
+    assert con["meta_info"]["finish_reason"] == {
+        "type": "stop",
+        "matched": ids[-1],
+    }  # EOS once the regex ends
     assert ids[:-1] == free["output_ids"][: len(ids) - 1]
 
 
 def test_mixed_batch_of_constrained_and_free_requests(server_url):
     free_prompts = [f"Tell me about the number {i}." for i in range(6)]
     sp = {"max_new_tokens": 12, "temperature": 0}
-    solo = [generate(server_url, text=p, sampling_params=sp).json()["output_ids"] for p in free_prompts]
+    solo = [
+        generate(server_url, text=p, sampling_params=sp).json()["output_ids"] for p in free_prompts
+    ]
     schema = json.dumps(SCHEMAS["person"])
 
     def job(i):

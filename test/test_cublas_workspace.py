@@ -30,7 +30,10 @@ def test_default_and_user_setting_left_alone(clean_env) -> None:
     assert configure_cublas_workspace(None) is None and not any(v in os.environ for v in VARS)
     clean_env.setenv("CUBLASLT_WORKSPACE_SIZE", "4096")
     assert configure_cublas_workspace(64) is None
-    assert os.environ["CUBLASLT_WORKSPACE_SIZE"] == "4096" and "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+    assert (
+        os.environ["CUBLASLT_WORKSPACE_SIZE"] == "4096"
+        and "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+    )
 
 
 def test_flag_default_and_validation() -> None:

@@ -25,9 +25,13 @@ def test_engine_and_http_give_identical_outputs(engine, server_url):
     assert [o["output_ids"] for o in outs] == [h["output_ids"] for h in http]
     assert [o["text"] for o in outs] == [h["text"] for h in http]
     single = engine.generate(PROMPTS[0], SP, return_logprob=True, top_logprobs_num=2)
-    h = generate(server_url, text=PROMPTS[0], sampling_params=SP, return_logprob=True, top_logprobs_num=2).json()
+    h = generate(
+        server_url, text=PROMPTS[0], sampling_params=SP, return_logprob=True, top_logprobs_num=2
+    ).json()
     assert single["output_ids"] == h["output_ids"]
-    for a, b in zip(single["meta_info"]["output_token_logprobs"], h["meta_info"]["output_token_logprobs"]):
+    for a, b in zip(
+        single["meta_info"]["output_token_logprobs"], h["meta_info"]["output_token_logprobs"]
+    ):
         assert a[1] == b[1] and abs(a[0] - b[0]) < 1e-4
 
 

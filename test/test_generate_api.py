@@ -59,7 +59,9 @@ def test_concurrent_stream_and_nonstream_match_hf_greedy(server_url, hf_greedy):
 
 
 def test_batch_input_and_meta_info(server_url, hf_greedy, tok):
-    r = generate(server_url, text=PROMPTS[:3], sampling_params={"max_new_tokens": N_NEW, "temperature": 0})
+    r = generate(
+        server_url, text=PROMPTS[:3], sampling_params={"max_new_tokens": N_NEW, "temperature": 0}
+    )
     assert r.status_code == 200, r.text
     outs = r.json()
     assert isinstance(outs, list) and len(outs) == 3
@@ -73,13 +75,17 @@ def test_batch_input_and_meta_info(server_url, hf_greedy, tok):
 
 
 def test_input_ids_and_prefill_only_fill_the_cache(server_url, tok):
-    ids = tok.encode("A long shared preamble about the history of mathematics and its many branches. " * 3)
+    ids = tok.encode(
+        "A long shared preamble about the history of mathematics and its many branches. " * 3
+    )
     r = generate(server_url, input_ids=ids, sampling_params={"max_new_tokens": 0})
     assert r.status_code == 200, r.text
     m = r.json()["meta_info"]
     assert r.json()["output_ids"] == [] and m["completion_tokens"] == 0
     assert m["finish_reason"]["type"] == "length"
-    r2 = generate(server_url, input_ids=ids + tok.encode(" Next"), sampling_params={"max_new_tokens": 2})
+    r2 = generate(
+        server_url, input_ids=ids + tok.encode(" Next"), sampling_params={"max_new_tokens": 2}
+    )
     assert r2.json()["meta_info"]["cached_tokens"] >= len(ids) - 1
 
 
@@ -89,7 +95,11 @@ def test_utf8_multibyte_stream_never_breaks_characters(server_url):
         server_url,
         {
             "text": "Say it:",
-            "sampling_params": {"max_new_tokens": 40, "temperature": 0, "regex": __import__("re").escape(target)},
+            "sampling_params": {
+                "max_new_tokens": 40,
+                "temperature": 0,
+                "regex": __import__("re").escape(target),
+            },
         },
     )
     final = chunks[-1]["text"]
@@ -104,7 +114,11 @@ def test_stop_strings_tokens_and_ignore_eos(server_url, hf_greedy, tok):
     p = "1, 2, 3, 4,"
     full = tok.decode(hf_greedy[p])
     stop = full.strip().split(",")[1] + ","  # a stop string from the middle of the greedy text
-    r = generate(server_url, text=p, sampling_params={"max_new_tokens": N_NEW, "temperature": 0, "stop": stop})
+    r = generate(
+        server_url,
+        text=p,
+        sampling_params={"max_new_tokens": N_NEW, "temperature": 0, "stop": stop},
+    )
     o = r.json()
     stopped_text = o["text"]
     assert o["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop}
@@ -112,19 +126,27 @@ def test_stop_strings_tokens_and_ignore_eos(server_url, hf_greedy, tok):
     r = generate(
         server_url,
         text=p,
-        sampling_params={"max_new_tokens": N_NEW, "temperature": 0, "stop": stop, "no_stop_trim": True},
+        sampling_params={
+            "max_new_tokens": N_NEW,
+            "temperature": 0,
+            "stop": stop,
+            "no_stop_trim": True,
+        },
     )
     assert r.json()["text"].endswith(stop)
     second = hf_greedy[p][1]
     r = generate(
-        server_url, text=p, sampling_params={"max_new_tokens": N_NEW, "temperature": 0, "stop_token_ids": [second]}
+        server_url,
+        text=p,
+        sampling_params={"max_new_tokens": N_NEW, "temperature": 0, "stop_token_ids": [second]},
     )
     o = r.json()
     assert o["meta_info"]["finish_reason"] == {"type": "stop", "matched": second}
     assert o["output_ids"] == hf_greedy[p][:2]
     # streamed: the stop string never leaks into any chunk
     chunks = stream_chunks(
-        server_url, {"text": p, "sampling_params": {"max_new_tokens": N_NEW, "temperature": 0, "stop": stop}}
+        server_url,
+        {"text": p, "sampling_params": {"max_new_tokens": N_NEW, "temperature": 0, "stop": stop}},
     )
     assert all(stop not in c["text"] for c in chunks)
     assert chunks[-1]["text"] == stopped_text
@@ -165,7 +187,12 @@ def test_logprobs_match_hf(server_url, smollm_path, hf_models, tok):
 def test_stream_interval_per_request(server_url):
     body = {
         "text": "Count: one two three",
-        "sampling_params": {"max_new_tokens": 16, "temperature": 0, "ignore_eos": True, "stream_interval": 4},
+        "sampling_params": {
+            "max_new_tokens": 16,
+            "temperature": 0,
+            "ignore_eos": True,
+            "stream_interval": 4,
+        },
     }
     chunks = stream_chunks(server_url, body)
     assert chunks[-1]["meta_info"]["completion_tokens"] == 16
@@ -194,8 +221,14 @@ def test_stream_interval_per_request(server_url):
         ({"text": "hi", "return_logprob": True, "logprob_start_len": 50}, "logprob_start_len"),
         # once crashed the scheduler (topk over more than the vocabulary)
         ({"text": "hi", "return_logprob": True, "top_logprobs_num": 10**6}, "top_logprobs_num"),
-        ({"text": "hi", "sampling_params": {"n": 10**6}}, "n must be"),  # once fanned out a million requests
-        ({"text": "hi", "sampling_params": {"top_k": None, "stop_token_ids": None, "n": 0}}, "n must be"),
+        (
+            {"text": "hi", "sampling_params": {"n": 10**6}},
+            "n must be",
+        ),  # once fanned out a million requests
+        (
+            {"text": "hi", "sampling_params": {"top_k": None, "stop_token_ids": None, "n": 0}},
+            "n must be",
+        ),
     ],
 )
 def test_bad_requests_get_400_and_server_keeps_serving(server_url, body, fragment):
@@ -247,7 +280,10 @@ def test_abort_request_by_rid_and_all(server_url):
     body = {"sampling_params": {"max_new_tokens": 400, "ignore_eos": True, "temperature": 0}}
     with concurrent.futures.ThreadPoolExecutor(4) as ex:
         futs = [
-            ex.submit(generate, server_url, text=f"Write an essay number {i}", rid=f"ab-{i}", **body) for i in range(4)
+            ex.submit(
+                generate, server_url, text=f"Write an essay number {i}", rid=f"ab-{i}", **body
+            )
+            for i in range(4)
         ]
         import time
 
@@ -263,7 +299,9 @@ def test_abort_request_by_rid_and_all(server_url):
         assert m["completion_tokens"] == len(r.json()["output_ids"]) < 400
 
 
-@pytest.mark.parametrize("body", [{"foo": 1}, {}, {"rid": 5}, {"rid": ""}, {"abort_all": "yes"}, [1]])
+@pytest.mark.parametrize(
+    "body", [{"foo": 1}, {}, {"rid": 5}, {"rid": ""}, {"abort_all": "yes"}, [1]]
+)
 def test_bad_abort_bodies_are_400(server_url, body):
     r = requests.post(server_url + "/abort_request", json=body, timeout=30)
     assert r.status_code == 400 and r.json()["error"]["message"], r.text
@@ -360,7 +398,9 @@ _TOP_KEYS = [
 ]
 
 
-@settings(max_examples=120, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=120, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
+)
 @given(
     top=st.dictionaries(st.sampled_from(_TOP_KEYS), _ODD_VALUES, max_size=3),
     sp=st.dictionaries(st.sampled_from(_SAMPLING_KEYS), _ODD_VALUES, max_size=4),
@@ -371,9 +411,13 @@ def test_fuzzed_generate_bodies_get_200_or_a_400_with_a_message(server_url, top,
     body = {"text": "Count to three", **top}
     if "sampling_params" not in top or top["sampling_params"] is None:
         body["sampling_params"] = sp
-    if isinstance(body["sampling_params"], dict):  # long valid generations are not what this test is about
+    if isinstance(
+        body["sampling_params"], dict
+    ):  # long valid generations are not what this test is about
         sp = body["sampling_params"] = dict(body["sampling_params"])
-        if sp.get("max_new_tokens") is None or (isinstance(sp["max_new_tokens"], int) and sp["max_new_tokens"] > 2):
+        if sp.get("max_new_tokens") is None or (
+            isinstance(sp["max_new_tokens"], int) and sp["max_new_tokens"] > 2
+        ):
             sp["max_new_tokens"] = 2
     if body.get("stream") is True:
         body["stream"] = False  # the SSE path has its own tests; here one status per body

@@ -60,7 +60,11 @@ NESTED = {
             "properties": {
                 "street": {"type": "string"},
                 "zip": {"type": "string", "pattern": "^[0-9]{5}$"},
-                "geo": {"type": "object", "properties": {"lat": {"type": "number"}}, "required": ["lat"]},
+                "geo": {
+                    "type": "object",
+                    "properties": {"lat": {"type": "number"}},
+                    "required": ["lat"],
+                },
             },
             "required": ["street", "zip", "geo"],
         },
@@ -171,7 +175,9 @@ def sample_batch(
         tokens = torch.searchsorted(cdf, u, right=True).clamp_(max=VOCAB - 1).squeeze(1).tolist()
         for row, i in enumerate(live):
             # The token was drawn from the grammar's own mask, so the matcher must accept it.
-            assert grammars[i].accept_token(tokens[row]), f"gen {i} step {step}: token {tokens[row]} rejected"
+            assert grammars[i].accept_token(tokens[row]), (
+                f"gen {i} step {step}: token {tokens[row]} rejected"
+            )
             if grammars[i].is_terminated():
                 done[i] = True
             else:
@@ -182,7 +188,9 @@ def sample_batch(
 def _check_outputs(tok, outputs, done, check) -> None:
     terminated = [o for o, d in zip(outputs, done) if d]
     # Bounded schemas and the closing bias end nearly every run; a rare long string may not.
-    assert len(terminated) >= 0.95 * len(outputs), f"only {len(terminated)}/{len(outputs)} terminated"
+    assert len(terminated) >= 0.95 * len(outputs), (
+        f"only {len(terminated)}/{len(outputs)} terminated"
+    )
     for ids in terminated:
         check(tok.decode(ids))
 
@@ -191,7 +199,9 @@ def _validates(schema):
     return lambda text: jsonschema.validate(json.loads(text), schema)
 
 
-@pytest.mark.parametrize("schema", [PERSON, NESTED, ARRAY_OF_OBJECTS], ids=["person", "nested", "array"])
+@pytest.mark.parametrize(
+    "schema", [PERSON, NESTED, ARRAY_OF_OBJECTS], ids=["person", "nested", "array"]
+)
 def test_random_sampling_json_schema_validates(tok, bounded_ws_backend, close_bias, schema):
     template = bounded_ws_backend.compile("json", json.dumps(schema))
     outputs, done = sample_batch(template, NUM_SAMPLES, close_bias, seed=1234)
@@ -202,7 +212,9 @@ def test_random_sampling_default_whitespace(tok, backend):
     """xgrammar's unbounded whitespace: the "model" must dislike whitespace from the first step,
     or the tokenizer's hundreds of whitespace tokens win most draws."""
     bias = _make_bias(tok, backend, penalize_whitespace=True)
-    outputs, done = sample_batch(backend.compile("json", json.dumps(PERSON)), 32, bias, seed=77, bias_after=0)
+    outputs, done = sample_batch(
+        backend.compile("json", json.dumps(PERSON)), 32, bias, seed=77, bias_after=0
+    )
     _check_outputs(tok, outputs, done, _validates(PERSON))
 
 
@@ -233,10 +245,16 @@ def test_whitespace_pattern_compact(tok, close_bias):
     compact = XGrammarBackend(tok, VOCAB, whitespace_pattern="", compile_threads=2)
     schema = {
         "type": "object",
-        "properties": {"n": {"type": "integer"}, "b": {"type": "boolean"}, "e": {"enum": ["a b", "c"]}},
+        "properties": {
+            "n": {"type": "integer"},
+            "b": {"type": "boolean"},
+            "e": {"enum": ["a b", "c"]},
+        },
         "required": ["n", "b", "e"],
     }
-    outputs, done = sample_batch(compact.compile("json", json.dumps(schema)), 32, close_bias, seed=3)
+    outputs, done = sample_batch(
+        compact.compile("json", json.dumps(schema)), 32, close_bias, seed=3
+    )
     assert all(done)
     for ids in outputs:
         text = tok.decode(ids)
@@ -255,7 +273,9 @@ def test_whitespace_rewrite_finds_every_site():
 
 def test_whitespace_pattern_bounded(tok):
     spaced = XGrammarBackend(tok, VOCAB, whitespace_pattern="[ ]?", compile_threads=2)
-    schema = json.dumps({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]})
+    schema = json.dumps(
+        {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    )
 
     def accepts(text: str) -> bool:
         g = spaced.compile("json", schema)
@@ -277,11 +297,17 @@ def _allowed(mask: torch.Tensor, row: int, width: int) -> torch.Tensor:
 @pytest.mark.parametrize(
     "key_type,key,text",
     [
-        ("json", json.dumps(PERSON), '{"name": "Ada", "age": 36, "role": "admin", "tags": ["x", "y z"]}'),
+        (
+            "json",
+            json.dumps(PERSON),
+            '{"name": "Ada", "age": 36, "role": "admin", "tags": ["x", "y z"]}',
+        ),
         ("regex", DATE_RE, "2024-02-29"),
     ],
 )
-def test_greedy_constrained_equals_unconstrained_when_argmax_allowed(tok, backend, key_type, key, text):
+def test_greedy_constrained_equals_unconstrained_when_argmax_allowed(
+    tok, backend, key_type, key, text
+):
     """If the unconstrained argmax is always allowed, masking must not change the greedy choice,
     nor any allowed logit."""
     target = tok.encode(text, add_special_tokens=False) + [backend.stop_token_ids[0]]
@@ -352,7 +378,11 @@ def test_structural_tag_and_any_json(tok, backend):
             {
                 "begin": "<tool=get_weather>",
                 "end": "</tool>",
-                "schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+                "schema": {
+                    "type": "object",
+                    "properties": {"city": {"type": "string"}},
+                    "required": ["city"],
+                },
             }
         ],
     }
@@ -363,7 +393,9 @@ def test_structural_tag_and_any_json(tok, backend):
     bad = '<tool=get_weather>{"town": "Paris"}'
     assert not all(g_bad.accept_token(t) for t in tok.encode(bad, add_special_tokens=False))
     any_json = backend.compile("json", ANY_JSON)
-    assert all(any_json.accept_token(t) for t in tok.encode('[1, {"a": null}]', add_special_tokens=False))
+    assert all(
+        any_json.accept_token(t) for t in tok.encode('[1, {"a": null}]', add_special_tokens=False)
+    )
 
 
 @pytest.mark.parametrize(

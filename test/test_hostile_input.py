@@ -19,7 +19,10 @@ from server_utils import GUARD_KEY, generate
 @functools.lru_cache(maxsize=None)
 def _hostile_bodies() -> Tuple[bytes, bytes]:
     huge_prompt = {"text": "a " * (10 << 20), "sampling_params": {"max_new_tokens": 4}}  # 20 MB
-    huge_stop_list = {"text": "hi", "sampling_params": {"stop": ["x"] * (1 << 20)}}  # 1M strings, 5 MB
+    huge_stop_list = {
+        "text": "hi",
+        "sampling_params": {"stop": ["x"] * (1 << 20)},
+    }  # 1M strings, 5 MB
     return json.dumps(huge_prompt).encode(), json.dumps(huge_stop_list).encode()
 
 
@@ -56,11 +59,20 @@ def _measure(url: str, hostile: bool) -> Tuple[float, float, List[int]]:
         bodies = _hostile_bodies()
         while not stop.is_set():
             body = bodies[len(statuses) % 2]
-            r = requests.post(url + "/generate", data=body, headers={"content-type": "application/json"}, timeout=600)
+            r = requests.post(
+                url + "/generate",
+                data=body,
+                headers={"content-type": "application/json"},
+                timeout=600,
+            )
             statuses.append(r.status_code)
-            time.sleep(0.1)  # hostile, not a load test: leave the client's own CPU to the stream it measures
+            time.sleep(
+                0.1
+            )  # hostile, not a load test: leave the client's own CPU to the stream it measures
 
-    threads = [threading.Thread(target=probe)] + ([threading.Thread(target=attack)] if hostile else [])
+    threads = [threading.Thread(target=probe)] + (
+        [threading.Thread(target=attack)] if hostile else []
+    )
     for t in threads:
         t.start()
     try:
@@ -82,7 +94,9 @@ def test_huge_prompts_and_stop_lists_do_not_stall_other_clients(server_url):
     assert statuses and set(statuses) == {400}, statuses
     assert len(statuses) >= 2  # both kinds were sent while the stream ran
     step = max(base_gap, 1e-3)
-    print(f"\nlargest gap {gap * 1e3:.0f} ms vs {base_gap * 1e3:.0f} ms alone; /health {probe * 1e3:.0f} ms")
+    print(
+        f"\nlargest gap {gap * 1e3:.0f} ms vs {base_gap * 1e3:.0f} ms alone; /health {probe * 1e3:.0f} ms"
+    )
     assert gap < 8 * step, (gap, base_gap)
     assert probe < 8 * step + base_probe, (probe, base_gap, base_probe)
 
@@ -105,9 +119,7 @@ def _raw(url: str, head: str, body: bytes, timeout: float = 300) -> Tuple[int, b
 
 def test_a_body_over_the_limit_is_refused_unread(server_url):
     for path in ("/generate", "/v1/chat/completions", "/v1/completions"):
-        head = (
-            f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {200 << 20}\r\n\r\n"
-        )
+        head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {200 << 20}\r\n\r\n"
         status, body = _raw(server_url, head, b'{"text": ')  # 9 of the 200 MB announced
         assert status == 413 and b"max-request-bytes" in body, body
 
@@ -123,8 +135,17 @@ def test_an_upload_that_never_finishes_gets_408(guarded_server):
 
 def test_deep_nesting_is_a_400_and_leaves_no_state(server_url):
     nested = '{"x": ' * 1000 + "1" + "}" * 1000
-    body = '{"text": "hi", "rid": "deep-1", "sampling_params": {"max_new_tokens": 1, "custom_params": ' + nested + "}}"
-    r = requests.post(server_url + "/generate", data=body, headers={"content-type": "application/json"}, timeout=60)
+    body = (
+        '{"text": "hi", "rid": "deep-1", "sampling_params": {"max_new_tokens": 1, "custom_params": '
+        + nested
+        + "}}"
+    )
+    r = requests.post(
+        server_url + "/generate",
+        data=body,
+        headers={"content-type": "application/json"},
+        timeout=60,
+    )
     assert r.status_code == 400 and "nests deeper" in r.json()["message"], r.text
     r = generate(server_url, text="hi", rid="deep-1", sampling_params={"max_new_tokens": 1})
     assert r.status_code == 200, r.text  # the rid was never registered, so it is free
@@ -137,7 +158,9 @@ def test_amplification_caps(server_url):
     assert r.status_code == 400 and "6400 generations" in r.json()["message"]
     r = generate(server_url, text=["hi"] * 600)
     assert r.status_code == 400 and "max-batch-requests" in r.json()["message"]
-    r = requests.post(server_url + "/v1/completions", json={"prompt": ["hi"] * 50, "n": 100, "max_tokens": 1})
+    r = requests.post(
+        server_url + "/v1/completions", json={"prompt": ["hi"] * 50, "n": 100, "max_tokens": 1}
+    )
     assert r.status_code == 400 and "max-batch-requests" in r.json()["message"]
 
 
@@ -211,13 +234,23 @@ def test_streams_that_never_read_are_cut_and_give_memory_back(guarded_server):
 # ---------------------------------------------------------------------------- secrets
 def test_the_key_guards_everything_but_health_and_is_never_shown(guarded_server):
     srv = guarded_server
-    assert requests.get(srv.url + "/health", timeout=10).status_code == 200  # open, for load balancers
+    assert (
+        requests.get(srv.url + "/health", timeout=10).status_code == 200
+    )  # open, for load balancers
     assert requests.get(srv.url + "/health_generate", timeout=60).status_code == 200
     for path in ("/metrics", "/server_info", "/model_info", "/v1/models"):
         r = requests.get(srv.url + path, timeout=30)
         assert r.status_code == 401, (path, r.status_code)
-        assert requests.get(srv.url + path, headers={"Authorization": "Bearer " + GUARD_KEY[:-1]}).status_code == 401
+        assert (
+            requests.get(
+                srv.url + path, headers={"Authorization": "Bearer " + GUARD_KEY[:-1]}
+            ).status_code
+            == 401
+        )
         ok = requests.get(srv.url + path, headers=srv.headers, timeout=30)
         assert ok.status_code == 200, path
         assert GUARD_KEY not in ok.text, path
-    assert requests.get(srv.url + "/server_info", headers=srv.headers).json()["api_key"] == "<redacted>"
+    assert (
+        requests.get(srv.url + "/server_info", headers=srv.headers).json()["api_key"]
+        == "<redacted>"
+    )

@@ -46,7 +46,12 @@ def tokenizer(backend):
 def few_shot_capital(s, country):
     s += "Q: What is the capital of France?\nA: Paris\n"
     s += "Q: What is the capital of Japan?\nA: Tokyo\n"
-    s += "Q: What is the capital of " + country + "?\nA:" + sgl.gen("answer", max_tokens=8, stop="\n")
+    s += (
+        "Q: What is the capital of "
+        + country
+        + "?\nA:"
+        + sgl.gen("answer", max_tokens=8, stop="\n")
+    )
 
 
 def test_few_shot_gen_with_stop(backend):
@@ -65,7 +70,9 @@ def _hf_choice_mean_logprob(model, tokenizer, prefix: str, choice: str) -> float
 
     enc = tokenizer(prefix + choice, return_offsets_mapping=True)
     ids = enc["input_ids"]
-    positions = [i for i, (_, end) in enumerate(enc["offset_mapping"]) if end > len(prefix) and i > 0]
+    positions = [
+        i for i, (_, end) in enumerate(enc["offset_mapping"]) if end > len(prefix) and i > 0
+    ]
     with torch.no_grad():
         logp = model(torch.tensor([ids])).logits[0].float().log_softmax(-1)
     return sum(logp[i - 1, ids[i]].item() for i in positions) / len(positions)
@@ -96,7 +103,9 @@ def test_select_matches_hf_logprobs(backend, tokenizer):
 def test_select_methods(backend):
     @sgl.function
     def judge(s, method):
-        s += "Q: Is the sun hot? Answer yes or no.\nA:" + sgl.select("a", [" yes", " no"], choices_method=method)
+        s += "Q: Is the sun hot? Answer yes or no.\nA:" + sgl.select(
+            "a", [" yes", " no"], choices_method=method
+        )
 
     for method in (sgl.greedy_token_selection, sgl.unconditional_likelihood_normalized):
         state = judge.run(method, backend=backend)
@@ -129,7 +138,11 @@ def test_fork_branches_hit_the_prefix_cache(backend):
 def test_regex_and_dtype_gens(backend):
     @sgl.function
     def typed(s):
-        s += "Is water wet? Answer yes or no: " + sgl.gen("yn", regex=r"(yes|no)", max_tokens=4) + "\n"
+        s += (
+            "Is water wet? Answer yes or no: "
+            + sgl.gen("yn", regex=r"(yes|no)", max_tokens=4)
+            + "\n"
+        )
         s += "How many days are in a week? " + sgl.gen_int("days", max_tokens=4) + "\n"
         s += "Pi is about " + sgl.gen("pi", dtype=float, max_tokens=8) + "\n"
         s += "Is fire cold? True or False: " + sgl.gen("b", dtype=bool, max_tokens=4) + "\n"

@@ -50,7 +50,10 @@ def _entries(*lps):
 
 
 def _decide(method, choices, per_choice, unconditional=None):
-    means = [sum(x[0] for x in e if x[0] is not None) / len([x for x in e if x[0] is not None]) for e in per_choice]
+    means = [
+        sum(x[0] for x in e if x[0] is not None) / len([x for x in e if x[0] is not None])
+        for e in per_choice
+    ]
     return method(
         choices=choices,
         normalized_prompt_logprobs=means,
@@ -83,14 +86,19 @@ def test_greedy_token_selection_prefix_choices():
     d = _decide(sgl.greedy_token_selection, ["organ", "organism", "other"], per_choice)
     assert d.decision == "organ"
     per_choice[1] = _entries(-0.1, -0.05)  # now "ism" is more likely than stopping
-    assert _decide(sgl.greedy_token_selection, ["organ", "organism", "other"], per_choice).decision == "organism"
+    assert (
+        _decide(sgl.greedy_token_selection, ["organ", "organism", "other"], per_choice).decision
+        == "organism"
+    )
 
 
 def test_unconditional_likelihood_normalized_discounts_common_choices():
     per_choice = [_entries(-1.0, -1.0), _entries(-0.5, -0.5)]
     unconditional = [_entries(None, -3.0), _entries(None, -0.2)]
     assert _decide(sgl.token_length_normalized, ["rare", "common"], per_choice).decision == "common"
-    d = _decide(sgl.unconditional_likelihood_normalized, ["rare", "common"], per_choice, unconditional)
+    d = _decide(
+        sgl.unconditional_likelihood_normalized, ["rare", "common"], per_choice, unconditional
+    )
     assert d.decision == "rare"
     # First unconditional logprob (None) counts as 0: rare = mean(-1, 2) = 0.5, common = mean(-0.5, -0.3).
     assert d.meta_info["normalized_unconditional_prompt_logprobs"] == pytest.approx([0.5, -0.4])
@@ -133,12 +141,16 @@ def test_ir_building():
     role = sgl.user("hi " + sgl.gen("x")).flatten()
     assert [type(n) for n in role] == [SglRoleBegin, SglConstantText, SglGen, SglRoleEnd]
     assert role[0].role == role[-1].role == "user"
-    assert isinstance(sgl.assistant_begin(), SglRoleBegin) and isinstance(sgl.system_end(), SglRoleEnd)
+    assert isinstance(sgl.assistant_begin(), SglRoleBegin) and isinstance(
+        sgl.system_end(), SglRoleEnd
+    )
 
     assert sgl.gen_int("n").overrides == {"dtype": int}
     assert sgl.gen_string("n").overrides == {"dtype": str}
     assert sgl.gen("n", dtype="float").overrides == {"dtype": float}
-    assert sgl.gen("j", json_schema={"type": "object"}).overrides == {"json_schema": '{"type": "object"}'}
+    assert sgl.gen("j", json_schema={"type": "object"}).overrides == {
+        "json_schema": '{"type": "object"}'
+    }
 
 
 def test_ir_validation():
@@ -180,7 +192,12 @@ def test_sampling_params_translation():
         {"max_new_tokens": 8, "stop": "\n", "top_p": None, "regex": "[ab]+"}
     )
     kw = sp.to_srt_kwargs()
-    assert (kw["max_new_tokens"], kw["temperature"], kw["stop"], kw["regex"]) == (8, 0.0, ["\n"], "[ab]+")
+    assert (kw["max_new_tokens"], kw["temperature"], kw["stop"], kw["regex"]) == (
+        8,
+        0.0,
+        ["\n"],
+        "[ab]+",
+    )
     assert "json_schema" not in kw
     assert sp.logprob_kwargs() == {}
     sp = sp.merged({"return_logprob": True, "logprob_start_len": 3})
@@ -238,7 +255,10 @@ def test_chat_template_from_smollm2_tokenizer(smollm_tokenizer):
     t = derive_chat_template(smollm_tokenizer)
     for role in ("system", "user", "assistant"):
         assert t.get_prefix_and_suffix(role) == (f"<|im_start|>{role}\n", "<|im_end|>\n")
-    assert t.default_system_prompt == "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+    assert (
+        t.default_system_prompt
+        == "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+    )
     assert t.stop_str == ("<|im_end|>",)
     table = get_chat_template("smollm2")
     assert t.role_prefix_and_suffix == table.role_prefix_and_suffix
@@ -251,7 +271,10 @@ def test_chat_template_from_smollm2_tokenizer(smollm_tokenizer):
         + t.default_system_prompt
         + sys_s
         + "".join(
-            t.get_prefix_and_suffix(m["role"])[0] + m["content"] + t.get_prefix_and_suffix(m["role"])[1] for m in msgs
+            t.get_prefix_and_suffix(m["role"])[0]
+            + m["content"]
+            + t.get_prefix_and_suffix(m["role"])[1]
+            for m in msgs
         )
     )
     assert ours == smollm_tokenizer.apply_chat_template(msgs, tokenize=False)
@@ -276,14 +299,25 @@ def test_chat_template_other_formats(smollm_tokenizer):
         tok.chat_template = _LLAMA3_LIKE
         t = derive_chat_template(tok)
         # The template's {{ bos_token }} is left to the server's tokenizer, not put in role texts.
-        assert t.get_prefix_and_suffix("system")[0] == "<|start_header_id|>system<|end_header_id|>\n\n"
-        assert t.get_prefix_and_suffix("user") == ("<|start_header_id|>user<|end_header_id|>\n\n", "<|eot_id|>")
-        assert t.get_prefix_and_suffix("assistant")[0] == "<|start_header_id|>assistant<|end_header_id|>\n\n"
+        assert (
+            t.get_prefix_and_suffix("system")[0] == "<|start_header_id|>system<|end_header_id|>\n\n"
+        )
+        assert t.get_prefix_and_suffix("user") == (
+            "<|start_header_id|>user<|end_header_id|>\n\n",
+            "<|eot_id|>",
+        )
+        assert (
+            t.get_prefix_and_suffix("assistant")[0]
+            == "<|start_header_id|>assistant<|end_header_id|>\n\n"
+        )
         assert t.default_system_prompt is None and t.stop_str == ("<|eot_id|>",)
         tok.chat_template = _SYSTEM_FOLDED  # system text does not render as its own message
         with pytest.raises(ValueError):
             derive_chat_template(tok)
-        assert chat_template_for_model("/models/Llama-3.2-1B-Instruct", tokenizer=tok).name == "llama-3"
+        assert (
+            chat_template_for_model("/models/Llama-3.2-1B-Instruct", tokenizer=tok).name
+            == "llama-3"
+        )
     finally:
         tok.chat_template = saved
 
@@ -295,7 +329,10 @@ def test_chat_template_path_table():
     assert match_chat_template_by_path("meta-llama/Meta-Llama-3-8B").name == "llama-3"
     assert match_chat_template_by_path("some/model").name == "default"
     # An unloadable tokenizer path falls back to the table.
-    assert chat_template_for_model("SmolLM2", tokenizer_path="/nonexistent/tokenizer").name == "smollm2"
+    assert (
+        chat_template_for_model("SmolLM2", tokenizer_path="/nonexistent/tokenizer").name
+        == "smollm2"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -389,10 +426,13 @@ def test_roles_messages_and_template_stop(backend):
 
     state = chat.run("What?", backend=backend)
     t = get_chat_template("smollm2")
-    assert state.text().startswith("<|im_start|>system\n" + t.default_system_prompt + "<|im_end|>\n")
+    assert state.text().startswith(
+        "<|im_start|>system\n" + t.default_system_prompt + "<|im_end|>\n"
+    )
     assert state["answer"] == "<<|im_start|>assistant>"
     assert (
-        "<|im_start|>user\nWhat?<|im_end|>\n<|im_start|>assistant\n<<|im_start|>assistant><|im_end|>\n" in state.text()
+        "<|im_start|>user\nWhat?<|im_end|>\n<|im_start|>assistant\n<<|im_start|>assistant><|im_end|>\n"
+        in state.text()
     )
     assert state.messages() == [
         {"role": "system", "content": t.default_system_prompt},
@@ -552,9 +592,16 @@ def test_run_batch_keeps_order_and_precaches_long_prefix():
     def qa(s, question):
         s += shared + "Q: " + question + " A:" + sgl.gen("answer", max_tokens=16)
 
-    states = qa.run_batch([{"question": f"q{i}"} for i in range(24)], backend=backend, num_threads=8, progress_bar=True)
+    states = qa.run_batch(
+        [{"question": f"q{i}"} for i in range(24)],
+        backend=backend,
+        num_threads=8,
+        progress_bar=True,
+    )
     assert [st["answer"] for st in states] == ["<A:>"] * 24
-    assert [st.text().split("Q: ")[1].split(" ")[0] for st in states] == [f"q{i}" for i in range(24)]
+    assert [st.text().split("Q: ")[1].split(" ")[0] for st in states] == [
+        f"q{i}" for i in range(24)
+    ]
     assert backend.calls[0] == ("cache_prefix", shared + "Q: ")
     assert extract_prefix_by_tracing(qa, backend) == shared + "Q: "
 

@@ -66,7 +66,11 @@ def test_killing_the_detokenizer_ends_the_server_cleanly():
 
 
 def _read_stream(url: str, out: dict, i: int) -> None:
-    body = {"text": f"Story {i}:", "stream": True, "sampling_params": {"max_new_tokens": 4000, "ignore_eos": True}}
+    body = {
+        "text": f"Story {i}:",
+        "stream": True,
+        "sampling_params": {"max_new_tokens": 4000, "ignore_eos": True},
+    }
     lines = []
     try:
         with requests.post(url + "/generate", json=body, stream=True, timeout=300) as r:
@@ -93,7 +97,11 @@ def test_sigterm_drains_streams_cuts_a_stuck_reader_and_exits_0():
     stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     stuck.connect(("127.0.0.1", srv.port))
     body = json.dumps(
-        {"text": "Never read", "stream": True, "sampling_params": {"max_new_tokens": 4000, "ignore_eos": True}}
+        {
+            "text": "Never read",
+            "stream": True,
+            "sampling_params": {"max_new_tokens": 4000, "ignore_eos": True},
+        }
     )
     stuck.sendall(
         f"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
@@ -112,7 +120,9 @@ def test_sigterm_drains_streams_cuts_a_stuck_reader_and_exits_0():
         last = json.loads(lines[-2])
         assert last.get("object") == "error" and "shutting down" in last["message"], last
         done = [json.loads(x) for x in lines[:-2] if x.startswith(b"{")]
-        assert done and done[-1]["meta_info"]["completion_tokens"] < 4000  # cut by the shutdown, not finished
+        assert (
+            done and done[-1]["meta_info"]["completion_tokens"] < 4000
+        )  # cut by the shutdown, not finished
     assert _wait(lambda: all(_gone(p) for p in pids.values()), 30), "orphan processes left"
     assert not os.path.exists(ipc_dir)
     assert "leaked semaphore" not in srv.log_text()  # killed children hold no named semaphores

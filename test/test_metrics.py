@@ -82,11 +82,17 @@ def test_counters_and_histograms_move_exactly(server_url):
         assert r.status_code == 200, r.text
         metas.append(r.json()["meta_info"])
     stream_outs = [
-        (7, stream_chunks(server_url, dict(text=prompt + " Then", sampling_params=dict(sp, max_new_tokens=7)))),
+        (
+            7,
+            stream_chunks(
+                server_url, dict(text=prompt + " Then", sampling_params=dict(sp, max_new_tokens=7))
+            ),
+        ),
         (
             4,
             stream_chunks(
-                server_url, dict(input_ids=list(range(200, 230)), sampling_params=dict(sp, max_new_tokens=4))
+                server_url,
+                dict(input_ids=list(range(200, 230)), sampling_params=dict(sp, max_new_tokens=4)),
             ),
         ),
     ]
@@ -98,9 +104,15 @@ def test_counters_and_histograms_move_exactly(server_url):
     assert metas[1]["cached_tokens"] > 0
     assert delta(after, before, "sglang:num_requests_total") == 5
     assert delta(after, before, "sglang:num_aborted_requests_total") == 0
-    assert delta(after, before, "sglang:prompt_tokens_total") == sum(m["prompt_tokens"] for m in metas)
-    assert delta(after, before, "sglang:generation_tokens_total") == sum(m["completion_tokens"] for m in metas)
-    assert delta(after, before, "sglang:cached_tokens_total") == sum(m["cached_tokens"] for m in metas)
+    assert delta(after, before, "sglang:prompt_tokens_total") == sum(
+        m["prompt_tokens"] for m in metas
+    )
+    assert delta(after, before, "sglang:generation_tokens_total") == sum(
+        m["completion_tokens"] for m in metas
+    )
+    assert delta(after, before, "sglang:cached_tokens_total") == sum(
+        m["cached_tokens"] for m in metas
+    )
     assert delta(after, before, "sglang:e2e_request_latency_seconds_count") == 5
     assert delta(after, before, "sglang:e2e_request_latency_seconds_sum") == pytest.approx(
         sum(m["e2e_latency"] for m in metas), rel=1e-6, abs=1e-6
@@ -142,7 +154,10 @@ def test_abort_is_counted_apart(server_url):
     t = threading.Thread(target=reader)
     t.start()
     assert got_first.wait(60)
-    assert requests.post(server_url + "/abort_request", json={"rid": rid}, timeout=30).status_code == 200
+    assert (
+        requests.post(server_url + "/abort_request", json={"rid": rid}, timeout=30).status_code
+        == 200
+    )
     t.join(60)
     assert chunks[-1]["meta_info"]["finish_reason"]["type"] == "abort"
     after = scrape(server_url)
@@ -159,7 +174,11 @@ def test_abort_is_counted_apart(server_url):
 
 
 def test_scheduler_gauges_present_and_final_when_idle(server_url, default_server):
-    r = generate(server_url, text="Gauges after this.", sampling_params={"max_new_tokens": 3, "temperature": 0})
+    r = generate(
+        server_url,
+        text="Gauges after this.",
+        sampling_params={"max_new_tokens": 3, "temperature": 0},
+    )
     assert r.status_code == 200
     info = default_server.wait_idle()
     deadline = time.time() + 10
@@ -257,7 +276,9 @@ def test_collector_skips_log_metrics_false_and_isolates_registries():
     )
     a.on_scheduler_metrics({"num_running_reqs": 3.0, "num_retracted_requests_total": 2.0})
     ma, mb = parse(a.render().decode()), parse(b.render().decode())
-    assert ma["sglang:num_requests_total"] == 0 and ma["sglang:time_to_first_token_seconds_count"] == 0
+    assert (
+        ma["sglang:num_requests_total"] == 0 and ma["sglang:time_to_first_token_seconds_count"] == 0
+    )
     assert ma["sglang:num_running_reqs"] == 3 and ma["sglang:num_retracted_requests_total"] == 2
     assert mb["sglang:num_running_reqs"] == 0
 
@@ -268,7 +289,8 @@ def _stats() -> SchedulerStats:
     retracted, waiting = Req("a", [1], SamplingParams()), Req("b", [1], SamplingParams())
     retracted.reset_for_retract()
     state = SchedulerState(
-        running_batch=types.SimpleNamespace(batch_size=lambda: 2), waiting_queue=[retracted, waiting]
+        running_batch=types.SimpleNamespace(batch_size=lambda: 2),
+        waiting_queue=[retracted, waiting],
     )
     pools = KVPools(
         req_to_token_pool=None,
@@ -317,7 +339,9 @@ def test_reporter_snapshot_and_rate_limit(reporter_pair):
     assert set(v) == set(SCHEDULER_METRICS)
     assert v["num_running_reqs"] == 2 and v["num_queue_reqs"] == 2 and v["num_retracted_reqs"] == 1
     assert v["num_used_tokens"] == 200 and v["token_usage"] == pytest.approx(0.2)
-    assert v["cache_hit_rate"] == 0.25 and v["gen_throughput"] == 12.5 and v["new_token_ratio"] == 0.4
+    assert (
+        v["cache_hit_rate"] == 0.25 and v["gen_throughput"] == 12.5 and v["new_token_ratio"] == 0.4
+    )
     assert v["num_retracted_requests_total"] == 3 and v["max_total_num_tokens"] == 1000
 
 

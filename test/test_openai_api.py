@@ -95,14 +95,26 @@ def test_choices_map_subrequests_and_compute_deltas():
     # --incremental-streaming-output: text, ids and logprob lists are each chunk's own.
     inc = Choices(["c"], n=1)
     d3 = inc.delta(
-        {"text": "He", "output_ids": [5], "meta_info": dict(meta, id="c", output_token_logprobs=lp[:1])}, True
+        {
+            "text": "He",
+            "output_ids": [5],
+            "meta_info": dict(meta, id="c", output_token_logprobs=lp[:1]),
+        },
+        True,
     )
     d4 = inc.delta(
-        {"text": "llo", "output_ids": [6], "meta_info": dict(meta, id="c", output_token_logprobs=lp[1:])}, True
+        {
+            "text": "llo",
+            "output_ids": [6],
+            "meta_info": dict(meta, id="c", output_token_logprobs=lp[1:]),
+        },
+        True,
     )
     assert (d3.text, d3.logprobs, d4.text, d4.logprobs) == ("He", lp[:1], "llo", lp[1:])
     for rid in ch.rids():
-        ch.record_finish(ch.get(rid), {"prompt_tokens": 4, "completion_tokens": 2, "cached_tokens": 1})
+        ch.record_finish(
+            ch.get(rid), {"prompt_tokens": 4, "completion_tokens": 2, "cached_tokens": 1}
+        )
     # Prompt tokens once per prompt, completion tokens once per choice.
     assert ch.usage(cache_report=True) == {
         "prompt_tokens": 8,
@@ -118,7 +130,9 @@ def test_models_list_retrieve_and_unknown(client, server_url):
     assert ids == [MODEL]
     assert client.models.retrieve(MODEL).id == MODEL
     path = requests.get(server_url + "/model_info").json()["model_path"]
-    assert requests.get(f"{server_url}/v1/models/{path}").status_code == 200  # the model path is an alias
+    assert (
+        requests.get(f"{server_url}/v1/models/{path}").status_code == 200
+    )  # the model path is an alias
     with pytest.raises(openai.NotFoundError):
         client.models.retrieve("no-such-model")
     r = requests.get(server_url + "/v1/models/no/such/model")
@@ -129,7 +143,9 @@ def test_models_list_retrieve_and_unknown(client, server_url):
         lambda m: client.completions.create(model=m, prompt=PROMPT, max_tokens=1),
         lambda m: client.chat.completions.create(model=m, messages=MESSAGES, max_tokens=1),
     ):
-        with pytest.raises(openai.NotFoundError, match="does not exist") as info:  # OpenAI's model_not_found
+        with pytest.raises(
+            openai.NotFoundError, match="does not exist"
+        ) as info:  # OpenAI's model_not_found
             create("gpt-4")
         assert info.value.code == "model_not_found" and info.value.param == "model"
         # The model path and `default` are accepted as model names; `default` echoes the served name.
@@ -154,7 +170,12 @@ def test_completion_matches_native_and_usage(client, server_url, tok):
 def test_completion_stream_equals_non_stream(client):
     full = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=N, temperature=0)
     stream = client.completions.create(
-        model=MODEL, prompt=PROMPT, max_tokens=N, temperature=0, stream=True, stream_options={"include_usage": True}
+        model=MODEL,
+        prompt=PROMPT,
+        max_tokens=N,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
     )
     texts, finishes, chunks = collect_stream(stream)
     assert texts == {0: full.choices[0].text}
@@ -182,7 +203,9 @@ def test_completion_prompt_forms(client, server_url, tok):
         assert [c.text for c in r.choices] == refs
         assert r.usage.prompt_tokens == len(ids) + len(tok.encode(other))
         assert r.usage.completion_tokens == 12
-    stream = client.completions.create(model=MODEL, prompt=[PROMPT, other], max_tokens=6, temperature=0, stream=True)
+    stream = client.completions.create(
+        model=MODEL, prompt=[PROMPT, other], max_tokens=6, temperature=0, stream=True
+    )
     texts, finishes, _ = collect_stream(stream)
     assert texts == {0: refs[0], 1: refs[1]} and finishes == {0: ["length"], 1: ["length"]}
 
@@ -209,16 +232,22 @@ def test_completion_logprobs_match_native(client, server_url):
         top_logprobs_num=2,
         return_text_in_logprobs=True,
     )["meta_info"]
-    r = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=4, temperature=0, logprobs=2)
+    r = client.completions.create(
+        model=MODEL, prompt=PROMPT, max_tokens=4, temperature=0, logprobs=2
+    )
     lp = r.choices[0].logprobs
     assert lp.tokens == [e[2] for e in ref["output_token_logprobs"]]
-    assert lp.token_logprobs == pytest.approx([e[0] for e in ref["output_token_logprobs"]], abs=1e-3)
+    assert lp.token_logprobs == pytest.approx(
+        [e[0] for e in ref["output_token_logprobs"]], abs=1e-3
+    )
     assert len(lp.top_logprobs) == 4 and all(len(d) == 2 for d in lp.top_logprobs)
     for d, top in zip(lp.top_logprobs, ref["output_top_logprobs"]):
         assert d == pytest.approx({e[2]: e[0] for e in top}, abs=1e-3)
     assert lp.text_offset[0] == 0 and lp.text_offset == sorted(lp.text_offset)
     # Streamed logprobs add up to the same columns.
-    stream = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=4, temperature=0, logprobs=2, stream=True)
+    stream = client.completions.create(
+        model=MODEL, prompt=PROMPT, max_tokens=4, temperature=0, logprobs=2, stream=True
+    )
     toks, vals, offs = [], [], []
     for ch in stream:
         for c in ch.choices:
@@ -226,7 +255,11 @@ def test_completion_logprobs_match_native(client, server_url):
                 toks += c.logprobs.tokens
                 vals += c.logprobs.token_logprobs
                 offs += c.logprobs.text_offset
-    assert toks == lp.tokens and vals == pytest.approx(lp.token_logprobs, abs=1e-3) and offs == lp.text_offset
+    assert (
+        toks == lp.tokens
+        and vals == pytest.approx(lp.token_logprobs, abs=1e-3)
+        and offs == lp.text_offset
+    )
 
 
 def test_completion_echo(client, server_url, tok):
@@ -238,7 +271,9 @@ def test_completion_echo(client, server_url, tok):
         logprob_start_len=0,
         return_text_in_logprobs=True,
     )
-    r = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=3, temperature=0, echo=True, logprobs=1)
+    r = client.completions.create(
+        model=MODEL, prompt=PROMPT, max_tokens=3, temperature=0, echo=True, logprobs=1
+    )
     c = r.choices[0]
     assert c.text == PROMPT + ref["text"]
     n_prompt = len(tok.encode(PROMPT))
@@ -250,18 +285,24 @@ def test_completion_echo(client, server_url, tok):
     assert "".join(c.logprobs.tokens) == c.text
     # echo without logprobs, streamed: the prompt comes first, then the same completion.
     texts, finishes, _ = collect_stream(
-        client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=3, temperature=0, echo=True, stream=True)
+        client.completions.create(
+            model=MODEL, prompt=PROMPT, max_tokens=3, temperature=0, echo=True, stream=True
+        )
     )
     assert texts == {0: c.text} and finishes == {0: ["length"]}
 
 
 def test_stop_strings_and_extra_sampling_fields(client, server_url):
     ref = native(server_url, PROMPT, sampling_params=greedy(stop=["."]))
-    r = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=N, temperature=0, stop=["."])
+    r = client.completions.create(
+        model=MODEL, prompt=PROMPT, max_tokens=N, temperature=0, stop=["."]
+    )
     c = r.choices[0]
     assert c.text == ref["text"] and "." not in c.text and c.finish_reason == "stop"
     texts, finishes, _ = collect_stream(
-        client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=N, temperature=0, stop=".", stream=True)
+        client.completions.create(
+            model=MODEL, prompt=PROMPT, max_tokens=N, temperature=0, stop=".", stream=True
+        )
     )
     assert texts == {0: ref["text"]} and finishes == {0: ["stop"]}
     # ignore_eos + min_tokens + runtime-only knobs ride in extra_body.
@@ -286,7 +327,11 @@ def test_stop_strings_and_extra_sampling_fields(client, server_url):
     )
     assert r.usage.completion_tokens == 6
     r = client.completions.create(
-        model=MODEL, prompt="Is the sky blue? Answer:", max_tokens=4, temperature=0, extra_body={"regex": " (yes|no)"}
+        model=MODEL,
+        prompt="Is the sky blue? Answer:",
+        max_tokens=4,
+        temperature=0,
+        extra_body={"regex": " (yes|no)"},
     )
     assert r.choices[0].text in (" yes", " no") and r.choices[0].finish_reason == "stop"
 
@@ -294,7 +339,12 @@ def test_stop_strings_and_extra_sampling_fields(client, server_url):
 def test_logit_bias(client, tok):
     target = tok.encode(" banana")[0]
     r = client.completions.create(
-        model=MODEL, prompt=PROMPT, max_tokens=3, temperature=0, logit_bias={str(target): 100}, logprobs=0
+        model=MODEL,
+        prompt=PROMPT,
+        max_tokens=3,
+        temperature=0,
+        logit_bias={str(target): 100},
+        logprobs=0,
     )
     assert r.choices[0].text == tok.decode([target] * 3)
 
@@ -318,9 +368,16 @@ def test_chat_matches_native_and_usage(client, server_url, tok):
 
 
 def test_chat_stream_equals_non_stream(client):
-    full = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=N, temperature=0)
+    full = client.chat.completions.create(
+        model=MODEL, messages=MESSAGES, max_tokens=N, temperature=0
+    )
     stream = client.chat.completions.create(
-        model=MODEL, messages=MESSAGES, max_tokens=N, temperature=0, stream=True, stream_options={"include_usage": True}
+        model=MODEL,
+        messages=MESSAGES,
+        max_tokens=N,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
     )
     texts, finishes, chunks = collect_stream(stream)
     assert all(ch.object == "chat.completion.chunk" for ch in chunks)
@@ -328,7 +385,10 @@ def test_chat_stream_equals_non_stream(client):
     assert all(c.delta.role is None for ch in chunks[1:] for c in ch.choices)
     assert texts == {0: full.choices[0].message.content}
     assert finishes == {0: [full.choices[0].finish_reason]}
-    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == full.usage.completion_tokens
+    assert (
+        chunks[-1].choices == []
+        and chunks[-1].usage.completion_tokens == full.usage.completion_tokens
+    )
 
 
 def test_chat_n2_stream_interleaves_choices(client):
@@ -339,7 +399,9 @@ def test_chat_n2_stream_interleaves_choices(client):
     assert sorted(texts) == [0, 1] and finishes == {0: ["length"], 1: ["length"]}
     roles = [c.index for ch in chunks for c in ch.choices if c.delta.role == "assistant"]
     assert sorted(roles) == [0, 1]
-    r = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=5, temperature=0.8, seed=7, n=2)
+    r = client.chat.completions.create(
+        model=MODEL, messages=MESSAGES, max_tokens=5, temperature=0.8, seed=7, n=2
+    )
     assert [c.index for c in r.choices] == [0, 1]
     assert {i: c.message.content for i, c in enumerate(r.choices)} == texts
 
@@ -358,13 +420,25 @@ def test_chat_logprobs_match_native(client, server_url, tok):
     )
     content = r.choices[0].logprobs.content
     assert [t.token for t in content] == [e[2] for e in ref["output_token_logprobs"]]
-    assert [t.logprob for t in content] == pytest.approx([e[0] for e in ref["output_token_logprobs"]], abs=1e-3)
-    assert all(len(t.top_logprobs) == 2 and t.bytes == list(t.token.encode()) for t in content)
-    assert content[0].top_logprobs[0].logprob == pytest.approx(ref["output_top_logprobs"][0][0][0], abs=1e-3)
-    stream = client.chat.completions.create(
-        model=MODEL, messages=MESSAGES, max_tokens=4, temperature=0, logprobs=True, top_logprobs=2, stream=True
+    assert [t.logprob for t in content] == pytest.approx(
+        [e[0] for e in ref["output_token_logprobs"]], abs=1e-3
     )
-    streamed = [t.token for ch in stream for c in ch.choices if c.logprobs for t in c.logprobs.content]
+    assert all(len(t.top_logprobs) == 2 and t.bytes == list(t.token.encode()) for t in content)
+    assert content[0].top_logprobs[0].logprob == pytest.approx(
+        ref["output_top_logprobs"][0][0][0], abs=1e-3
+    )
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=MESSAGES,
+        max_tokens=4,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=2,
+        stream=True,
+    )
+    streamed = [
+        t.token for ch in stream for c in ch.choices if c.logprobs for t in c.logprobs.content
+    ]
     assert streamed == [t.token for t in content]
 
 
@@ -380,12 +454,19 @@ def test_response_format_json_schema(client):
         messages=[{"role": "user", "content": "Is Paris in France? Answer in JSON."}],
         max_tokens=16,
         temperature=0,
-        response_format={"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}},
+        response_format={
+            "type": "json_schema",
+            "json_schema": {"name": "answer", "schema": schema},
+        },
     )
     assert r.choices[0].finish_reason == "stop"
     jsonschema.validate(json.loads(r.choices[0].message.content), schema)
     r = client.chat.completions.create(
-        model=MODEL, messages=MESSAGES, max_tokens=4, temperature=0, response_format={"type": "json_object"}
+        model=MODEL,
+        messages=MESSAGES,
+        max_tokens=4,
+        temperature=0,
+        response_format={"type": "json_object"},
     )
     assert r.choices[0].message.content.startswith("{")
 
@@ -406,14 +487,25 @@ def test_response_format_json_schema(client):
             "completions",
             {
                 "prompt": PROMPT,
-                "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "nonsense"}}},
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"schema": {"type": "nonsense"}},
+                },
             },
             "json",
         ),
         ("chat/completions", {"messages": []}, "messages"),
-        ("chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "text"),
+        (
+            "chat/completions",
+            {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+            "text",
+        ),
         ("chat/completions", {"messages": MESSAGES, "top_logprobs": 2}, "logprobs"),
-        ("chat/completions", {"messages": MESSAGES, "max_tokens": 100000, "stream": True}, "context length"),
+        (
+            "chat/completions",
+            {"messages": MESSAGES, "max_tokens": 100000, "stream": True},
+            "context length",
+        ),
         ("chat/completions", {"messages": [{"role": "wizard", "content": "hi"}]}, "role"),
         (
             "chat/completions",
@@ -446,7 +538,10 @@ def test_malformed_json_and_stream_errors_before_200(client, server_url):
             messages=MESSAGES,
             max_tokens=4,
             stream=True,
-            response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "bad"}}},
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "x", "schema": {"type": "bad"}},
+            },
         )
 
 
@@ -470,7 +565,9 @@ def test_abort_is_an_error_not_a_finish_reason(client, server_url):
 
 
 def _stream_then_disconnect(url, route, body, lines=4):
-    with requests.post(f"{url}/v1/{route}", json=dict(body, model=MODEL, stream=True), stream=True, timeout=60) as r:
+    with requests.post(
+        f"{url}/v1/{route}", json=dict(body, model=MODEL, stream=True), stream=True, timeout=60
+    ) as r:
         assert r.status_code == 200
         got = 0
         for line in r.iter_lines():
@@ -504,7 +601,10 @@ def test_api_key_required_on_v1_routes(guarded_server):
     good = openai.OpenAI(base_url=srv.url + "/v1", api_key=GUARD_KEY, max_retries=0)
     bad = openai.OpenAI(base_url=srv.url + "/v1", api_key="wrong", max_retries=0)
     assert [m.id for m in good.models.list().data] == [MODEL]
-    assert good.completions.create(model=MODEL, prompt=PROMPT, max_tokens=2).usage.completion_tokens == 2
+    assert (
+        good.completions.create(model=MODEL, prompt=PROMPT, max_tokens=2).usage.completion_tokens
+        == 2
+    )
     for call in (
         lambda c: c.models.list(),
         lambda c: c.completions.create(model=MODEL, prompt=PROMPT, max_tokens=2),
@@ -602,7 +702,9 @@ def test_fuzzed_openai_bodies_get_200_or_a_400_in_openai_format(server_url, chat
     if isinstance(body.get("n"), int) and not isinstance(body["n"], bool) and body["n"] > 2:
         body["n"] = 2
     r = requests.post(
-        f"{server_url}/v1/{'chat/completions' if chat else 'completions'}", data=json.dumps(body), timeout=120
+        f"{server_url}/v1/{'chat/completions' if chat else 'completions'}",
+        data=json.dumps(body),
+        timeout=120,
     )
     assert r.status_code in (200, 400), (r.status_code, r.text[:300], body)
     if r.status_code == 400:

@@ -23,14 +23,22 @@ def test_the_documented_bodies_are_the_validated_ones():
 def test_every_post_route_documents_its_body(server_url):
     spec = requests.get(server_url + "/openapi.json", timeout=30).json()
     posts = {path: ops["post"] for path, ops in spec["paths"].items() if "post" in ops}
-    assert {"/generate", "/v1/completions", "/v1/chat/completions", "/tokenize", "/abort_request"} <= set(posts)
+    assert {
+        "/generate",
+        "/v1/completions",
+        "/v1/chat/completions",
+        "/tokenize",
+        "/abort_request",
+    } <= set(posts)
     for path, op in posts.items():
         if path == "/flush_cache":
             continue  # takes no body
         schema = op["requestBody"]["content"]["application/json"]["schema"]
         name = schema["$ref"].rsplit("/", 1)[-1]
         assert spec["components"]["schemas"][name]["properties"], path
-        assert op["responses"]["400"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorBody")
+        assert op["responses"]["400"]["content"]["application/json"]["schema"]["$ref"].endswith(
+            "/ErrorBody"
+        )
 
 
 # ---------------------------------------------------------------------------- fuzzing from the spec
@@ -41,7 +49,13 @@ schema = schemathesis.pytest.from_fixture("openapi_schema").exclude(method="PUT"
 # Only the fuzzing phase, bounded by max_examples below: the coverage phase alone sends hundreds of
 # boundary cases per route, which is minutes on a 2-core machine.
 CONFIG = SchemathesisConfig.from_dict(
-    {"phases": {"coverage": {"enabled": False}, "examples": {"enabled": False}, "stateful": {"enabled": False}}}
+    {
+        "phases": {
+            "coverage": {"enabled": False},
+            "examples": {"enabled": False},
+            "stateful": {"enabled": False},
+        }
+    }
 )
 
 
@@ -65,7 +79,9 @@ def _keep_it_short(path: str, body: Any) -> None:
                 sp["max_new_tokens"] = 2
                 sp.pop("n", None)
     elif path.startswith("/v1/"):
-        if isinstance(body.get("messages"), list):  # long conversations are prefill work, not new cases
+        if isinstance(
+            body.get("messages"), list
+        ):  # long conversations are prefill work, not new cases
             body["messages"] = body["messages"][:2]
             for m in body["messages"]:
                 if isinstance(m, dict) and isinstance(m.get("content"), str):

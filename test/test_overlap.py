@@ -9,7 +9,14 @@ import requests
 from server_utils import ServerProcess, generate, stream_chunks
 
 # A low conservativeness admits nearly everything, so decode runs out of KV and must retract on any machine.
-COMMON = ["--max-total-tokens", "300", "--chunked-prefill-size", "64", "--schedule-conservativeness", "0.05"]
+COMMON = [
+    "--max-total-tokens",
+    "300",
+    "--chunked-prefill-size",
+    "64",
+    "--schedule-conservativeness",
+    "0.05",
+]
 LONG = " ".join(f"Fact {i}: the number {i} squared is {i * i}." for i in range(14))
 
 
@@ -75,10 +82,15 @@ def test_overlap_and_plain_loops_agree():
         out = _workload(overlap.url)
         assert [x["output_ids"] for x in ref] == [y["output_ids"] for y in out]
         assert [x["text"] for x in ref] == [y["text"] for y in out]
-        assert [x["meta_info"]["finish_reason"] for x in ref] == [y["meta_info"]["finish_reason"] for y in out]
+        assert [x["meta_info"]["finish_reason"] for x in ref] == [
+            y["meta_info"]["finish_reason"] for y in out
+        ]
         for srv in (plain, overlap):
             srv.check_idle_invariant()
-        assert sum(y["meta_info"]["num_retractions"] for y in out) > 0 or "Retract" in overlap.log_text()
+        assert (
+            sum(y["meta_info"]["num_retractions"] for y in out) > 0
+            or "Retract" in overlap.log_text()
+        )
     finally:
         plain.stop()
         if overlap is not None:

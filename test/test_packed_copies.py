@@ -24,7 +24,9 @@ def test_packed_offsets_are_aligned_and_disjoint(sizes):
     assert len(offs) == len(sizes) + 1
     for i, n in enumerate(sizes):
         assert offs[i] % PACK_ALIGN_ELEMS == 0
-        assert offs[i + 1] - offs[i] == -(-n // PACK_ALIGN_ELEMS) * PACK_ALIGN_ELEMS  # the least room that fits
+        assert (
+            offs[i + 1] - offs[i] == -(-n // PACK_ALIGN_ELEMS) * PACK_ALIGN_ELEMS
+        )  # the least room that fits
 
 
 @given(st.lists(st.lists(st.integers(-(2**40), 2**40), max_size=40), min_size=1, max_size=8))
@@ -38,7 +40,9 @@ def test_pack_then_unpack_round_trips_with_aligned_views(rows):
 
 
 def test_decode_batch_rows_hold_the_right_values():
-    fb = build_decode_batch(torch.tensor([5, 6, 7]), [10, 3, 8], [2, 0, 1], torch.tensor([40, 41, 42]), "cpu")
+    fb = build_decode_batch(
+        torch.tensor([5, 6, 7]), [10, 3, 8], [2, 0, 1], torch.tensor([40, 41, 42]), "cpu"
+    )
     assert fb.positions.tolist() == [9, 2, 7]
     assert fb.req_pool_indices.tolist() == [2, 0, 1]
     assert fb.seq_lens.tolist() == [10, 3, 8]
@@ -55,7 +59,13 @@ def test_jit_watch_logs_compiles_only_once_serving(caplog):
 
     assert jit_watch.install()
     before = jit_watch.compile_counts().get("_demo_kernel", 0)
-    kw = dict(repr="_demo_kernel[...]", fn=_Fn(), compile={}, is_manual_warmup=False, already_compiled=False)
+    kw = dict(
+        repr="_demo_kernel[...]",
+        fn=_Fn(),
+        compile={},
+        is_manual_warmup=False,
+        already_compiled=False,
+    )
     with caplog.at_level(logging.WARNING, logger="sglang.srt.utils.jit_watch"):
         knobs.runtime.jit_cache_hook(key=("k1",), **kw)
         knobs.runtime.jit_post_compile_hook(key=("k1",), **kw)

@@ -29,7 +29,11 @@ from sglang.srt.mem_cache.radix_cache import _CMP_BLOCK, RadixCache, TreeNode, c
 
 # ---------------------------------------------------------------------------- helpers
 def make_allocator(size: int, page_size: int):
-    return TokenToKVPoolAllocator(size) if page_size == 1 else PagedTokenToKVPoolAllocator(size, page_size)
+    return (
+        TokenToKVPoolAllocator(size)
+        if page_size == 1
+        else PagedTokenToKVPoolAllocator(size, page_size)
+    )
 
 
 def free_pages(alloc) -> List[int]:
@@ -97,7 +101,9 @@ def check_paged_values(cache: RadixCache) -> None:
         assert torch.equal(v, v[:, :1] + torch.arange(ps)), node
 
 
-def make_req(rid: str, ids: List[int], extra_key: Optional[str] = None, priority: Optional[int] = None) -> Req:
+def make_req(
+    rid: str, ids: List[int], extra_key: Optional[str] = None, priority: Optional[int] = None
+) -> Req:
     return Req(rid, ids, SamplingParams(), extra_key=extra_key, priority=priority)
 
 
@@ -309,7 +315,10 @@ def test_common_prefix_len_matches_naive(page_size):
             key = [-9] * 7 + node_key[:length]
             if miss < len(key) - 7:
                 key[7 + miss] = -1
-            assert common_prefix_len(node_key, key, 7, page_size) == naive(node_key, key[7:]), (miss, length)
+            assert common_prefix_len(node_key, key, 7, page_size) == naive(node_key, key[7:]), (
+                miss,
+                length,
+            )
     assert common_prefix_len(node_key, node_key[:10], 0, page_size) == 10 - 10 % page_size
 
 
@@ -338,7 +347,9 @@ def test_match_long_key_reads_blocks_not_tokens():
         c.insert(base[:cut] + [-1, -2])
     full = CountingKey(base)
     assert len(c.match_prefix(full).device_indices) == 4096
-    assert full.token_reads <= 64 and full.slice_reads <= 2 * 64  # one child lookup, one compare per node
+    assert (
+        full.token_reads <= 64 and full.slice_reads <= 2 * 64
+    )  # one child lookup, one compare per node
     miss_late = CountingKey(base[:4000] + [-5] * 96)
     assert len(c.match_prefix(miss_late).device_indices) == 4000
     assert miss_late.token_reads <= 64 + _CMP_BLOCK and miss_late.slice_reads <= 2 * 64 + 4
@@ -375,7 +386,9 @@ class Sim:
         if chunk_cache:
             self.cache = ChunkCache(self.pool, self.alloc, page_size=page_size)
         else:
-            self.cache = RadixCache(self.pool, self.alloc, page_size=page_size, eviction_policy=policy)
+            self.cache = RadixCache(
+                self.pool, self.alloc, page_size=page_size, eviction_policy=policy
+            )
         self.active: List[Req] = []
         self.content: Dict[int, Tuple[Optional[str], Tuple[int, ...]]] = {}
 
@@ -474,7 +487,11 @@ class Sim:
                 assert p not in owners, f"page {p} owned by {owners[p]} and {who}"
                 owners[p] = who
 
-        tree_vals = cache.all_values() if isinstance(cache, RadixCache) else torch.empty(0, dtype=torch.int64)
+        tree_vals = (
+            cache.all_values()
+            if isinstance(cache, RadixCache)
+            else torch.empty(0, dtype=torch.int64)
+        )
         assert len(tree_vals) == len(set(tree_vals.tolist())), "a slot appears twice in the tree"
         claim(pages_of(tree_vals, ps), "tree")
         for req in self.active:
@@ -494,7 +511,10 @@ class Sim:
                 for j, slot in enumerate(slots):
                     assert self.content.get(slot) == (extra, prefix[: start + j + 1])
         owned = sum(1 for who in owners.values() if who not in ("free", "tree")) * ps
-        assert self.alloc.available_size() + cache.evictable_size() + cache.protected_size() + owned == self.size
+        assert (
+            self.alloc.available_size() + cache.evictable_size() + cache.protected_size() + owned
+            == self.size
+        )
         if not self.active:
             assert cache.protected_size() == 0
 
@@ -517,7 +537,9 @@ def test_req_chunked_prefill_decode_finish(page_size):
     sim.check()
     cached = (prompt + [7, 8, 9])[: 16 // page_size * page_size]
     assert sim.cache.match_prefix(prompt + [7, 8, 9, 10]).device_indices.numel() == len(cached)
-    assert req.last_node is None and req.cache_protected_len == 0 and req.prefix_indices.numel() == 0
+    assert (
+        req.last_node is None and req.cache_protected_len == 0 and req.prefix_indices.numel() == 0
+    )
     # A second request with the same prompt reuses the prefix, then drops its duplicate tail.
     b = make_req("b", prompt + [7, 8, 9, 10, 11])
     assert sim.admit(b) and b.cache_protected_len == len(cached)
@@ -585,7 +607,9 @@ def test_req_overallocated_slots_left_to_caller(page_size):
     avail = sim.alloc.available_size()
     sim.cache.cache_finished_req(a)
     first_own_page = -(-a.kv_committed_len // page_size) * page_size
-    not_freed = pages_of(sim.pool.read(a.req_pool_idx, first_own_page, a.kv_allocated_len), page_size)
+    not_freed = pages_of(
+        sim.pool.read(a.req_pool_idx, first_own_page, a.kv_allocated_len), page_size
+    )
     assert not set(not_freed) & set(free_pages(sim.alloc))
     assert sim.alloc.available_size() >= avail
     assert len(over) == page_size + 1
@@ -652,11 +676,15 @@ def test_request_lifecycles(data, page_size, chunk_cache, policy):
     waiting: List[Req] = []
     tokens = st.integers(0, 2)
     for step in range(data.draw(st.integers(5, 30), label="steps")):
-        op = data.draw(st.sampled_from(["new", "admit", "run", "run", "finish", "retract"]), label="op")
+        op = data.draw(
+            st.sampled_from(["new", "admit", "run", "run", "finish", "retract"]), label="op"
+        )
         if op == "new" and len(waiting) < 4:
             prompt = data.draw(st.lists(tokens, min_size=1, max_size=14), label="prompt")
             extra = data.draw(st.sampled_from([None, None, "x"]), label="extra")
-            waiting.append(make_req(f"r{step}", prompt, extra_key=extra, priority=data.draw(st.integers(0, 2))))
+            waiting.append(
+                make_req(f"r{step}", prompt, extra_key=extra, priority=data.draw(st.integers(0, 2)))
+            )
         elif op == "admit" and waiting:
             req = waiting[0]
             if sim.admit(req):
@@ -722,7 +750,9 @@ class TreeMachine(RuleBasedStateMachine):
 
     def protected_set(self) -> Set[PageKey]:
         p = self.PAGE
-        return {(extra, path[:i]) for _, extra, path in self.locks for i in range(p, len(path) + 1, p)}
+        return {
+            (extra, path[:i]) for _, extra, path in self.locks for i in range(p, len(path) + 1, p)
+        }
 
     def evict(self, n: int) -> int:
         before = dict(self.model)
@@ -790,7 +820,10 @@ class TreeMachine(RuleBasedStateMachine):
         assert tree_map(cache) == self.model
         assert cache.protected_size() == len(self.protected_set()) * self.PAGE
         assert cache.total_size() == len(self.model) * self.PAGE
-        assert self.alloc.available_size() + cache.evictable_size() + cache.protected_size() == self.SIZE
+        assert (
+            self.alloc.available_size() + cache.evictable_size() + cache.protected_size()
+            == self.SIZE
+        )
         free = free_pages(self.alloc)
         tree = pages_of(cache.all_values(), self.PAGE)
         assert len(free) == len(set(free))
@@ -806,7 +839,10 @@ class PagedTreeMachine(TreeMachine):
 
 
 _machine_settings = settings(
-    max_examples=150, stateful_step_count=50, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=150,
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )
 TestTreeMachine = TreeMachine.TestCase
 TestTreeMachine.settings = _machine_settings

@@ -21,7 +21,9 @@ _BLOCK = re.compile(r"(<!-- readme-test: skip[^>]*-->\s*\n)?```(bash|python)\n(.
 
 
 def readme_examples() -> List[Tuple[str, str]]:
-    blocks = [(m.group(2), m.group(3), bool(m.group(1))) for m in _BLOCK.finditer(open(README).read())]
+    blocks = [
+        (m.group(2), m.group(3), bool(m.group(1))) for m in _BLOCK.finditer(open(README).read())
+    ]
     install, examples = blocks[:2], blocks[2:]
     assert [lang for lang, _, _ in install] == ["bash", "bash"] and "pytest" in install[1][1]
     return [(lang, code) for lang, code, skip in examples if not skip]
@@ -41,17 +43,27 @@ def _run(lang: str, code: str, url: str, tmp: str) -> subprocess.CompletedProces
         with open(path, "w") as f:
             f.write(code)
         cmd = [sys.executable, path]  # as a file: the way a newcomer saves and runs it
-    return subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=900, check=False)
+    return subprocess.run(
+        cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=900, check=False
+    )
 
 
 def test_the_readme_has_the_examples_a_newcomer_needs():
     text = "\n".join(code for _, code in EXAMPLES)
-    for needed in ("/generate", "openai.OpenAI", "Engine()", 'if __name__ == "__main__":', "sgl.function"):
+    for needed in (
+        "/generate",
+        "openai.OpenAI",
+        "Engine()",
+        'if __name__ == "__main__":',
+        "sgl.function",
+    ):
         assert needed in text, needed
     assert "temperature=0" in text.split("sgl.function", 1)[1]
 
 
-@pytest.mark.parametrize("lang,code", EXAMPLES, ids=[f"{i}-{lang}" for i, (lang, _) in enumerate(EXAMPLES)])
+@pytest.mark.parametrize(
+    "lang,code", EXAMPLES, ids=[f"{i}-{lang}" for i, (lang, _) in enumerate(EXAMPLES)]
+)
 def test_readme_example_runs(lang, code, server_url, tmp_path, smollm_path, hf_models):
     r = _run(lang, code, server_url, str(tmp_path))
     assert r.returncode == 0, f"{r.stdout[-2000:]}\n{r.stderr[-3000:]}"

@@ -46,7 +46,9 @@ def test_every_sglang_field_is_honored_hinted_or_refused_by_feature():
 
 def test_neutral_values_pass_and_others_name_the_feature():
     body = {"text": "hi", **{name: None for name in FEATURE_OF}, "return_hidden_states": False}
-    body.update(lora_path=[None, None], routed_experts_start_len=0, image_data=[], session_params={})
+    body.update(
+        lora_path=[None, None], routed_experts_start_len=0, image_data=[], session_params={}
+    )
     body["not_an_sglang_field"] = {"anything": 1}  # ignored, as SGLang ignores it
     obj = GenerateReqInput.from_json(body)
     obj.normalize()
@@ -65,7 +67,9 @@ def test_neutral_values_pass_and_others_name_the_feature():
         GenerateReqInput.from_kwargs(text="hi", not_a_field=1)
     with pytest.raises(ValueError, match="beam search"):
         SamplingParams.from_dict({"beam_width": 4}).verify(100)
-    SamplingParams.from_dict({"beam_width": None, "watermark": None, "ebnf_full_assistant": False}).verify(100)
+    SamplingParams.from_dict(
+        {"beam_width": None, "watermark": None, "ebnf_full_assistant": False}
+    ).verify(100)
 
 
 def test_is_neutral():
@@ -130,7 +134,12 @@ def _run(incremental: bool, sizes: List[int], reads: List[bool]) -> List[dict]:
     for k, ids in enumerate(pieces):
         done += len(ids)
         last = k == len(pieces) - 1
-        st_.apply(_batch("".join(chr(97 + t % 26) for t in ids), ids, k == 0, last, done), 0, False, lambda t: None)
+        st_.apply(
+            _batch("".join(chr(97 + t % 26) for t in ids), ids, k == 0, last, done),
+            0,
+            False,
+            lambda t: None,
+        )
         assert st_.pending is not None and st_.pending_chunks >= 1
         if reads[k % len(reads)] or last:
             out: Optional[dict] = st_.take()
@@ -154,9 +163,14 @@ def test_incremental_chunks_concatenate_to_the_cumulative_answer(sizes, reads):
         for key in ("output_token_logprobs", "output_top_logprobs"):
             joined = [e for c in chunks for e in c["meta_info"][key]]
             assert joined == full["meta_info"][key]
-            assert all(len(c["meta_info"][key]) == len(c["output_ids"]) for c in chunks)  # deltas, like ids
+            assert all(
+                len(c["meta_info"][key]) == len(c["output_ids"]) for c in chunks
+            )  # deltas, like ids
         # Input logprobs come once, in the first chunk, as in SGLang.
-        assert chunks[0]["meta_info"]["input_token_logprobs"] == full["meta_info"]["input_token_logprobs"]
+        assert (
+            chunks[0]["meta_info"]["input_token_logprobs"]
+            == full["meta_info"]["input_token_logprobs"]
+        )
         assert all(c["meta_info"]["input_token_logprobs"] == [] for c in chunks[1:])
         assert chunks[-1]["meta_info"]["finish_reason"] == full["meta_info"]["finish_reason"]
 

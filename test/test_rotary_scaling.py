@@ -22,7 +22,13 @@ HEAD_DIM = 64
             "original_max_position_embeddings": 1024,
         },
         {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024},
-        {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 2048, "beta_fast": 16, "beta_slow": 2},
+        {
+            "rope_type": "yarn",
+            "factor": 8.0,
+            "original_max_position_embeddings": 2048,
+            "beta_fast": 16,
+            "beta_slow": 2,
+        },
     ],
 )
 def test_scaled_frequencies_match_hf(params):

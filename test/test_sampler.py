@@ -9,7 +9,12 @@ import torch
 
 from sglang.srt.core.req import Req
 from sglang.srt.core.sampling_params import SamplingParams
-from sglang.srt.layers.sampler import apply_logit_adjustments, bits_to_uniform, sample, uniform_noise
+from sglang.srt.layers.sampler import (
+    apply_logit_adjustments,
+    bits_to_uniform,
+    sample,
+    uniform_noise,
+)
 from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
 
 V = 50
@@ -45,13 +50,21 @@ def test_greedy_is_argmax_and_logprobs_are_raw():
 
 def test_same_seed_same_tokens_whatever_the_batch():
     logits = _logits(1, 1)
-    alone = sample(logits.clone(), _info([_req(0, temperature=1.0, sampling_seed=7)])).next_token_ids[0]
+    alone = sample(
+        logits.clone(), _info([_req(0, temperature=1.0, sampling_seed=7)])
+    ).next_token_ids[0]
     mates = [_req(i, temperature=1.0) for i in range(1, 5)]
     batch = torch.cat([_logits(4, 2), logits])
-    together = sample(batch, _info(mates + [_req(0, temperature=1.0, sampling_seed=7)])).next_token_ids[-1]
+    together = sample(
+        batch, _info(mates + [_req(0, temperature=1.0, sampling_seed=7)])
+    ).next_token_ids[-1]
     assert alone == together
     draws = {
-        int(sample(logits.clone(), _info([_req(0, temperature=1.0, sampling_seed=s)])).next_token_ids[0])
+        int(
+            sample(
+                logits.clone(), _info([_req(0, temperature=1.0, sampling_seed=s)])
+            ).next_token_ids[0]
+        )
         for s in range(40)
     }
     assert len(draws) > 3  # different seeds really differ
@@ -70,7 +83,10 @@ def test_sampling_follows_the_distribution():
         ids = sample(logits.repeat(400, 1), _info(reqs)).next_token_ids
         counts += torch.bincount(ids, minlength=V)[:4].float()
     freq = counts / n
-    assert torch.all((freq - probs).abs() < 4 * torch.sqrt(probs * (1 - probs) / n) + 1e-3), (freq, probs)
+    assert torch.all((freq - probs).abs() < 4 * torch.sqrt(probs * (1 - probs) / n) + 1e-3), (
+        freq,
+        probs,
+    )
 
 
 @pytest.mark.parametrize("sp", [dict(top_k=1), dict(top_p=1e-6), dict(min_p=1.0)])
@@ -185,7 +201,11 @@ def test_null_sampling_fields_mean_defaults_and_bad_ones_are_errors():
     sp = SamplingParams.from_dict({name: None for name in names})
     sp.verify(1000)
     default = SamplingParams()
-    assert all(getattr(sp, f.name) == getattr(default, f.name) for f in fields(SamplingParams) if f.name in names)
+    assert all(
+        getattr(sp, f.name) == getattr(default, f.name)
+        for f in fields(SamplingParams)
+        if f.name in names
+    )
     for bad in ({"n": MAX_N + 1}, {"n": 0}, {"top_k": 0}, {"temperature": float("nan")}):
         with pytest.raises(ValueError):
             SamplingParams.from_dict(bad).verify(1000)

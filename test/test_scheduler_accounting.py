@@ -21,7 +21,9 @@ CONFIGS = {
     "plain": dict(disable_overlap_schedule=True),
     "overlap": dict(),
     "overlap-page4-chunk16": dict(page_size=4, chunked_prefill_size=16),
-    "plain-noradix-chunk16": dict(disable_overlap_schedule=True, disable_radix_cache=True, chunked_prefill_size=16),
+    "plain-noradix-chunk16": dict(
+        disable_overlap_schedule=True, disable_radix_cache=True, chunked_prefill_size=16
+    ),
     "overlap-mixed-chunk8": dict(enable_mixed_chunk=True, chunked_prefill_size=8),
     "overlap-lpm": dict(schedule_policy="lpm", chunked_prefill_size=16),
 }
@@ -89,7 +91,9 @@ def _run(sched: Scheduler, specs) -> dict:
                 rid = _submit(sched, spec)
                 reqs[rid] = sched.state.rid_to_req.get(rid)
                 if spec["abort_at"] is not None:
-                    aborts[step + spec["abort_at"]] = aborts.get(step + spec["abort_at"], []) + [rid]
+                    aborts[step + spec["abort_at"]] = aborts.get(step + spec["abort_at"], []) + [
+                        rid
+                    ]
         for rid in aborts.get(step, []):
             sched.intake.abort_request(AbortReq(rid=rid))
         sched.intake.recv_and_process_requests()
@@ -105,7 +109,9 @@ def _run(sched: Scheduler, specs) -> dict:
 
 @pytest.mark.parametrize("config", list(CONFIGS))
 @settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(specs=st.lists(request_st, min_size=1, max_size=10))
 def test_random_workload_keeps_kv_accounting_exact(config, specs, schedulers):
@@ -130,11 +136,21 @@ def test_tiny_pool_retracts_and_recovers(schedulers):
     sched = schedulers("overlap")
     before = sched.stats.num_retracted_total
     specs = [
-        dict(stem=0, stem_len=0, tail=[100 + i % 5] * 10, max_new=60, arrive=0, abort_at=None, logprob=False)
+        dict(
+            stem=0,
+            stem_len=0,
+            tail=[100 + i % 5] * 10,
+            max_new=60,
+            arrive=0,
+            abort_at=None,
+            logprob=False,
+        )
         for i in range(6)
     ]
     reqs = _run(sched, specs)
     assert sched.stats.num_retracted_total > before
     assert all(r.finished() for r in reqs.values())
-    lengths = [len(r.output_ids) for r in reqs.values() if isinstance(r.finished_reason, FinishLength)]
+    lengths = [
+        len(r.output_ids) for r in reqs.values() if isinstance(r.finished_reason, FinishLength)
+    ]
     assert all(n == 60 for n in lengths)

@@ -28,7 +28,9 @@ def test_flush_cache_refuses_while_requests_run(server_url):
 
 
 def test_paged_kv_gives_the_same_tokens_and_aligned_cache_hits(server_url):
-    srv = ServerProcess(["--max-total-tokens", "4096", "--page-size", "4", "--chunked-prefill-size", "32"])
+    srv = ServerProcess(
+        ["--max-total-tokens", "4096", "--page-size", "4", "--chunked-prefill-size", "32"]
+    )
     try:
         prompts = [f"Paged attention test number {i}: the quick brown fox" for i in range(5)]
         sp = {"max_new_tokens": 12, "temperature": 0}
@@ -90,10 +92,24 @@ def test_priority_scheduling_orders_queue_and_preempts():
 
 
 def test_request_waiting_timeout_gives_503():
-    srv = ServerProcess(["--max-total-tokens", "4096", "--max-running-requests", "1", "--request-waiting-timeout", "1"])
+    srv = ServerProcess(
+        [
+            "--max-total-tokens",
+            "4096",
+            "--max-running-requests",
+            "1",
+            "--request-waiting-timeout",
+            "1",
+        ]
+    )
     try:
         with concurrent.futures.ThreadPoolExecutor(3) as ex:
-            runner = _bg(ex, srv.url, text="Long job", sampling_params={"max_new_tokens": 120, "ignore_eos": True})
+            runner = _bg(
+                ex,
+                srv.url,
+                text="Long job",
+                sampling_params={"max_new_tokens": 120, "ignore_eos": True},
+            )
             time.sleep(0.5)
             waiter = _bg(ex, srv.url, text="Short job", sampling_params={"max_new_tokens": 2})
             assert runner.result(120).status_code == 200
@@ -111,7 +127,9 @@ def test_lpm_policy_serves_the_same_tokens(server_url):
         prompts = [base + f"Question {i}?" for i in range(6)] + [f"Unrelated {i}" for i in range(3)]
         sp = {"max_new_tokens": 6, "temperature": 0}
         with concurrent.futures.ThreadPoolExecutor(9) as ex:
-            outs = list(ex.map(lambda p: generate(srv.url, text=p, sampling_params=sp).json(), prompts))
+            outs = list(
+                ex.map(lambda p: generate(srv.url, text=p, sampling_params=sp).json(), prompts)
+            )
         ref = generate(server_url, text=prompts, sampling_params=sp).json()
         assert [o["output_ids"] for o in outs] == [r["output_ids"] for r in ref]
         assert sum(o["meta_info"]["cached_tokens"] for o in outs) > 4 * len(base) // 8

@@ -43,7 +43,10 @@ def test_chunked_prefill_gives_the_same_tokens_and_logprobs(server_url):
     try:
         text = " ".join(f"Item {i} is a {['red', 'blue', 'green'][i % 3]} ball." for i in range(30))
         kw = dict(
-            text=text, sampling_params={"max_new_tokens": 8, "temperature": 0}, return_logprob=True, logprob_start_len=5
+            text=text,
+            sampling_params={"max_new_tokens": 8, "temperature": 0},
+            return_logprob=True,
+            logprob_start_len=5,
         )
         a = generate(server_url, **kw).json()
         b = generate(srv.url, **kw).json()
@@ -51,18 +54,24 @@ def test_chunked_prefill_gives_the_same_tokens_and_logprobs(server_url):
         assert a["output_ids"] == b["output_ids"]
         la, lb = a["meta_info"]["input_token_logprobs"], b["meta_info"]["input_token_logprobs"]
         assert len(la) == len(lb) == a["meta_info"]["prompt_tokens"] - 5
-        assert all((x[0] is None and y[0] is None) or abs(x[0] - y[0]) < 1e-3 for x, y in zip(la, lb))
+        assert all(
+            (x[0] is None and y[0] is None) or abs(x[0] - y[0]) < 1e-3 for x, y in zip(la, lb)
+        )
         srv.check_idle_invariant()
     finally:
         srv.stop()
 
 
-def _shared_prefix_workload(seed: int = 0, groups: int = 3, per_group: int = 6, sys_len: int = 300, q_len: int = 20):
+def _shared_prefix_workload(
+    seed: int = 0, groups: int = 3, per_group: int = 6, sys_len: int = 300, q_len: int = 20
+):
     rng = random.Random(seed)
     prompts = []
     for _ in range(groups):
         system = [rng.randrange(1000, 40000) for _ in range(sys_len)]
-        prompts.append([system + [rng.randrange(1000, 40000) for _ in range(q_len)] for _ in range(per_group)])
+        prompts.append(
+            [system + [rng.randrange(1000, 40000) for _ in range(q_len)] for _ in range(per_group)]
+        )
     return prompts
 
 
@@ -77,7 +86,9 @@ def _send_groups(srv: ServerProcess, groups):
             rs = list(
                 ex.map(
                     lambda ids: generate(
-                        srv.url, input_ids=ids, sampling_params={"max_new_tokens": 4, "temperature": 0}
+                        srv.url,
+                        input_ids=ids,
+                        sampling_params={"max_new_tokens": 4, "temperature": 0},
                     ),
                     group,
                 )
@@ -99,11 +110,17 @@ def test_shared_prefix_workload_hit_rate_and_prefill_savings():
             results[name] = (c1 - c0, h1 - h0)
         computed_on, cached_on = results["on"]
         computed_off, cached_off = results["off"]
-        assert computed_on + cached_on == total_prompt and computed_off == total_prompt and cached_off == 0
+        assert (
+            computed_on + cached_on == total_prompt
+            and computed_off == total_prompt
+            and cached_off == 0
+        )
         # Only the first request of each group computes the system prompt.
         expected_hit = (len(groups) * (len(groups[0]) - 1) * 300) / total_prompt
         assert cached_on / total_prompt >= expected_hit - 0.01
-        assert computed_off / computed_on >= 0.95 * total_prompt / (total_prompt - expected_hit * total_prompt)
+        assert computed_off / computed_on >= 0.95 * total_prompt / (
+            total_prompt - expected_hit * total_prompt
+        )
         on.check_idle_invariant()
         off.check_idle_invariant()
     finally:
@@ -112,7 +129,9 @@ def test_shared_prefix_workload_hit_rate_and_prefill_savings():
 
 
 def test_max_queued_requests_gives_503_and_the_rest_succeed():
-    srv = ServerProcess(["--max-total-tokens", "8192", "--max-queued-requests", "4", "--max-running-requests", "4"])
+    srv = ServerProcess(
+        ["--max-total-tokens", "8192", "--max-queued-requests", "4", "--max-running-requests", "4"]
+    )
     try:
 
         def one(i):
@@ -133,11 +152,23 @@ def test_max_queued_requests_gives_503_and_the_rest_succeed():
         busy = [r for r in rs if r.status_code == 503]
         assert busy and codes.count(200) >= 4
         for r in busy:  # the one error shape of every route (test_sglang_clients)
-            assert assert_error_shape(r, 503, "ServiceUnavailableError")["message"] == "The request queue is full."
-        chat = {"messages": [{"role": "user", "content": "Describe the sea"}], "max_tokens": 24, "ignore_eos": True}
+            assert (
+                assert_error_shape(r, 503, "ServiceUnavailableError")["message"]
+                == "The request queue is full."
+            )
+        chat = {
+            "messages": [{"role": "user", "content": "Describe the sea"}],
+            "max_tokens": 24,
+            "ignore_eos": True,
+        }
         with concurrent.futures.ThreadPoolExecutor(16) as ex:
             rs = list(
-                ex.map(lambda _: requests.post(srv.url + "/v1/chat/completions", json=chat, timeout=120), range(16))
+                ex.map(
+                    lambda _: requests.post(
+                        srv.url + "/v1/chat/completions", json=chat, timeout=120
+                    ),
+                    range(16),
+                )
             )
         assert {r.status_code for r in rs} <= {200, 503} and any(r.status_code == 503 for r in rs)
         for r in rs:

@@ -18,7 +18,9 @@ def _ruff(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([*cmd, *args], cwd=ROOT, capture_output=True, text=True, check=False)
 
 
-@pytest.mark.parametrize("args", [("check", "."), ("format", "--check", ".")], ids=["lint", "format"])
+@pytest.mark.parametrize(
+    "args", [("check", "."), ("format", "--check", ".")], ids=["lint", "format"]
+)
 def test_ruff_is_clean(args):
     r = _ruff(*args)
     assert r.returncode == 0, f"ruff {' '.join(args)} failed:\n{r.stdout}{r.stderr}"

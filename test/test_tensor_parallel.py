@@ -26,7 +26,9 @@ def _greedy_logits(path: str, tp_size: int):
     from sglang.srt.utils.hf_tokenizer import get_tokenizer
 
     sa = ServerArgs(model_path=path, tp_size=tp_size, max_total_tokens=1024, max_running_requests=4)
-    runner = ModelRunner.from_server_args(ModelConfig.from_path(path), sa, "cpu", show_progress=False)
+    runner = ModelRunner.from_server_args(
+        ModelConfig.from_path(path), sa, "cpu", show_progress=False
+    )
     sb = StaticBatch(runner)
     out = sb.prefill([get_tokenizer(path).encode(TEXT)])
     logits, toks = [], []
@@ -110,10 +112,13 @@ def test_forced_world_of_one_matches_plain_tp1(tp_servers, tiny_models):
     """--force-distributed runs every collective of the TP path (all-reduce, vocab gather, object
     broadcasts) through torch.distributed with one rank: on the GPU machine this is NCCL on one GPU."""
     one, _ = tp_servers
-    forced = ServerProcess(["--model-path", tiny_models["llama"], "--max-total-tokens", "4096", "--force-distributed"])
+    forced = ServerProcess(
+        ["--model-path", tiny_models["llama"], "--max-total-tokens", "4096", "--force-distributed"]
+    )
     try:
         kw = dict(
-            text=[f"Request {i}: {TEXT}" for i in range(3)], sampling_params={"max_new_tokens": 12, "temperature": 0}
+            text=[f"Request {i}: {TEXT}" for i in range(3)],
+            sampling_params={"max_new_tokens": 12, "temperature": 0},
         )
         assert [x["output_ids"] for x in generate(forced.url, **kw).json()] == [
             y["output_ids"] for y in generate(one.url, **kw).json()
@@ -128,13 +133,24 @@ def test_tp2_abort_and_retraction(tiny_models, tp_servers):
     one, _ = tp_servers
     path = tiny_models["llama"]
     tiny = ServerProcess(
-        ["--model-path", path, "--max-total-tokens", "300", "--tp-size", "2", "--schedule-conservativeness", "0.05"]
+        [
+            "--model-path",
+            path,
+            "--max-total-tokens",
+            "300",
+            "--tp-size",
+            "2",
+            "--schedule-conservativeness",
+            "0.05",
+        ]
     )
     try:
         prompts = [f"Story number {i}: once upon a time" for i in range(12)]
         sp = {"max_new_tokens": 40, "temperature": 0}
         with concurrent.futures.ThreadPoolExecutor(13) as ex:
-            ref = list(ex.map(lambda p: generate(one.url, text=p, sampling_params=sp).json(), prompts))
+            ref = list(
+                ex.map(lambda p: generate(one.url, text=p, sampling_params=sp).json(), prompts)
+            )
             futs = [ex.submit(generate, tiny.url, text=p, sampling_params=sp) for p in prompts]
             victim = ex.submit(
                 generate,
@@ -155,12 +171,16 @@ def test_tp2_abort_and_retraction(tiny_models, tp_servers):
 
 
 def test_a_dying_rank_takes_the_server_down(tiny_models):
-    srv = ServerProcess(["--model-path", tiny_models["llama"], "--max-total-tokens", "1024", "--tp-size", "2"])
+    srv = ServerProcess(
+        ["--model-path", tiny_models["llama"], "--max-total-tokens", "1024", "--tp-size", "2"]
+    )
     try:
         pids = srv.server_info()["process_pids"]
         os.kill(pids["scheduler-tp1"], signal.SIGKILL)
         r = requests.post(
-            srv.url + "/generate", json={"text": "hi", "sampling_params": {"max_new_tokens": 4}}, timeout=60
+            srv.url + "/generate",
+            json={"text": "hi", "sampling_params": {"max_new_tokens": 4}},
+            timeout=60,
         )
         assert r.status_code >= 500
         deadline = time.time() + 30
@@ -169,13 +189,17 @@ def test_a_dying_rank_takes_the_server_down(tiny_models):
         assert srv.proc.poll() is not None
         time.sleep(1)
         for pid in pids.values():
-            assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+            assert (
+                not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+            )
     finally:
         srv.stop()
 
 
 # total_tokens differs from round_robin only in the replica it picks; the plumbing is the same.
-@pytest.mark.parametrize("method", ["round_robin", pytest.param("total_tokens", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "method", ["round_robin", pytest.param("total_tokens", marks=pytest.mark.slow)]
+)
 def test_data_parallel_replicas(method, tiny_models, tp_servers):
     one, _ = tp_servers
     srv = ServerProcess(
@@ -194,7 +218,9 @@ def test_data_parallel_replicas(method, tiny_models, tp_servers):
         prompts = [f"Question {i}: {TEXT}" for i in range(8)]
         sp = {"max_new_tokens": 8, "temperature": 0}
         with concurrent.futures.ThreadPoolExecutor(8) as ex:
-            outs = list(ex.map(lambda p: generate(srv.url, text=p, sampling_params=sp).json(), prompts))
+            outs = list(
+                ex.map(lambda p: generate(srv.url, text=p, sampling_params=sp).json(), prompts)
+            )
         ref = generate(one.url, text=prompts, sampling_params=sp).json()
         assert [o["output_ids"] for o in outs] == [r["output_ids"] for r in ref]
         info = srv.server_info()

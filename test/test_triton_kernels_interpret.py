@@ -59,7 +59,9 @@ def test_num_kv_splits_heuristic() -> None:
 
     one_long = compute_num_kv_splits(torch.tensor([4096]), 32, 8, max_kv_splits=16, num_sms=132)
     assert one_long.dtype == torch.int32 and one_long.tolist() == [16]
-    mixed = compute_num_kv_splits(torch.tensor([8000, 100, 1, 0]), 32, 8, max_kv_splits=16, num_sms=132).tolist()
+    mixed = compute_num_kv_splits(
+        torch.tensor([8000, 100, 1, 0]), 32, 8, max_kv_splits=16, num_sms=132
+    ).tolist()
     assert mixed[0] > mixed[1] >= 1 and mixed[2] == 1 and mixed[3] == 1
     big = compute_num_kv_splits(torch.full((256,), 4096), 32, 8, max_kv_splits=16, num_sms=132)
     assert big.tolist() == [1] * 256  # 2048 programs already fill the GPU
@@ -68,5 +70,7 @@ def test_num_kv_splits_heuristic() -> None:
         got = compute_num_kv_splits(torch.full((bs,), ctx), 32, 8, max_kv_splits=16, num_sms=132)
         assert got.tolist() == [want] * bs, (bs, ctx, got[0].item())
     out = torch.zeros(3, dtype=torch.int32)
-    res = compute_num_kv_splits(torch.tensor([512, 512, 512]), 32, 8, max_kv_splits=8, num_sms=132, out=out)
+    res = compute_num_kv_splits(
+        torch.tensor([512, 512, 512]), 32, 8, max_kv_splits=8, num_sms=132, out=out
+    )
     assert res is out and all(1 <= n <= 8 for n in out.tolist())

@@ -36,7 +36,10 @@ from sglang.srt.layers.attention.triton_ops.decode_attention import (
     decode_attention_fwd,
     decode_attention_ref,
 )
-from sglang.srt.layers.attention.triton_ops.extend_attention import extend_attention_fwd, extend_attention_ref
+from sglang.srt.layers.attention.triton_ops.extend_attention import (
+    extend_attention_fwd,
+    extend_attention_ref,
+)
 from sglang.srt.layers.triton_ops import (
     apply_rotary_emb_,
     apply_rotary_emb_ref,
@@ -135,12 +138,35 @@ DECODE_CASES += [(32, 32, 128, bs, 4096, grouped) for bs in (8, 64) for grouped 
 class DecodeSetup:
     """bs requests of `ctx` tokens each in randomly permuted pool slots, `n_layers` K/V buffer pairs."""
 
-    def __init__(self, bs: int, ctx: int, h: int, hkv: int, d: int, max_kv_splits: int, n_layers: int, seed: int = 0):
+    def __init__(
+        self,
+        bs: int,
+        ctx: int,
+        h: int,
+        hkv: int,
+        d: int,
+        max_kv_splits: int,
+        n_layers: int,
+        seed: int = 0,
+    ):
         g = torch.Generator(device=DEV).manual_seed(seed)
         total = bs * ctx
-        self.bs, self.ctx, self.h, self.hkv, self.d, self.max_kv_splits = bs, ctx, h, hkv, d, max_kv_splits
-        self.k = [torch.randn((total + 1, hkv, d), device=DEV, dtype=DT, generator=g) for _ in range(n_layers)]
-        self.v = [torch.randn((total + 1, hkv, d), device=DEV, dtype=DT, generator=g) for _ in range(n_layers)]
+        self.bs, self.ctx, self.h, self.hkv, self.d, self.max_kv_splits = (
+            bs,
+            ctx,
+            h,
+            hkv,
+            d,
+            max_kv_splits,
+        )
+        self.k = [
+            torch.randn((total + 1, hkv, d), device=DEV, dtype=DT, generator=g)
+            for _ in range(n_layers)
+        ]
+        self.v = [
+            torch.randn((total + 1, hkv, d), device=DEV, dtype=DT, generator=g)
+            for _ in range(n_layers)
+        ]
         self.req_to_token = torch.zeros((bs + 1, ctx + 16), dtype=torch.int32, device=DEV)
         slots = torch.randperm(total, device=DEV, generator=g).to(torch.int32) + 1
         self.req_to_token[1:, :ctx] = slots.view(bs, ctx)
@@ -157,7 +183,9 @@ class DecodeSetup:
         tokens = self.bs * self.ctx
         return tokens * self.hkv * 2 * self.d * 2 + tokens * 4 + 2 * self.bs * self.h * self.d * 2
 
-    def triton_call(self, layer: int, grouped: Optional[bool] = None, config: Optional[dict] = None):
+    def triton_call(
+        self, layer: int, grouped: Optional[bool] = None, config: Optional[dict] = None
+    ):
         def call():
             decode_attention_fwd(
                 self.q,
@@ -185,15 +213,17 @@ class DecodeSetup:
             idx = self.req_to_token[self.rows, : self.ctx].long()  # [bs, ctx]
             k = self.k[layer][idx].transpose(1, 2)  # [bs, hkv, ctx, d]
             v = self.v[layer][idx].transpose(1, 2)
-            return F.scaled_dot_product_attention(self.q.unsqueeze(2), k, v, scale=self.scale, enable_gqa=True).squeeze(
-                2
-            )
+            return F.scaled_dot_product_attention(
+                self.q.unsqueeze(2), k, v, scale=self.scale, enable_gqa=True
+            ).squeeze(2)
 
         return call
 
 
 def bench_decode(args) -> None:
-    print(f"\n== Decode attention (bf16, random slots; floor = bytes / {args.bw / 1e12:.2f} TB/s) ==")
+    print(
+        f"\n== Decode attention (bf16, random slots; floor = bytes / {args.bw / 1e12:.2f} TB/s) =="
+    )
     hdr = (
         f"{'heads':>9} {'bs':>4} {'ctx':>5} {'splits':>6} {'err_ref':>9} {'err_sdpa':>9} {'triton_us':>10} "
         f"{'floor_us':>9} {'%floor':>7} {'GB/s':>7} {'torch_us':>10} {'speedup':>7}"
@@ -205,7 +235,9 @@ def bench_decode(args) -> None:
         s = DecodeSetup(bs, ctx, h, hkv, d, args.max_kv_splits, n_layers)
         s.triton_call(0, grouped)()
         ref = decode_attention_ref(s.q, s.k[0], s.v[0], s.req_to_token, s.rows, s.seq_lens, s.scale)
-        label = f"decode {h}/{hkv} bs{bs} ctx{ctx}" + ("" if grouped is None else f" grouped={grouped}")
+        label = f"decode {h}/{hkv} bs{bs} ctx{ctx}" + (
+            "" if grouped is None else f" grouped={grouped}"
+        )
         e_ref = check(label, rel_err(s.o, ref))
         sdpa_out = s.torch_call(0)()
         e_sdpa = check(label + " vs sdpa", rel_err(s.o, sdpa_out.float()))
@@ -238,7 +270,13 @@ class ExtendSetup:
         seed: int = 0,
     ):
         g = torch.Generator(device=DEV).manual_seed(seed)
-        self.prefix_lens, self.extend_lens, self.h, self.hkv, self.d = list(prefix_lens), list(extend_lens), h, hkv, d
+        self.prefix_lens, self.extend_lens, self.h, self.hkv, self.d = (
+            list(prefix_lens),
+            list(extend_lens),
+            h,
+            hkv,
+            d,
+        )
         bs = len(prefix_lens)
         seq = [p + e for p, e in zip(prefix_lens, extend_lens)]
         total = sum(seq)
@@ -256,9 +294,15 @@ class ExtendSetup:
         self.ext = torch.tensor(extend_lens, device=DEV)
         self.start = torch.cumsum(self.ext, 0) - self.ext
         self.max_ext = max(extend_lens)
-        self.q = [torch.randn((n_tok, h, d), device=DEV, dtype=DT, generator=g) for _ in range(n_layers)]
-        self.kx = [torch.randn((n_tok, hkv, d), device=DEV, dtype=DT, generator=g) for _ in range(n_layers)]
-        self.vx = [torch.randn((n_tok, hkv, d), device=DEV, dtype=DT, generator=g) for _ in range(n_layers)]
+        self.q = [
+            torch.randn((n_tok, h, d), device=DEV, dtype=DT, generator=g) for _ in range(n_layers)
+        ]
+        self.kx = [
+            torch.randn((n_tok, hkv, d), device=DEV, dtype=DT, generator=g) for _ in range(n_layers)
+        ]
+        self.vx = [
+            torch.randn((n_tok, hkv, d), device=DEV, dtype=DT, generator=g) for _ in range(n_layers)
+        ]
         self.o = torch.empty((n_tok, h, d), device=DEV, dtype=DT)
         self.scale = 1.0 / math.sqrt(d)
 
@@ -294,7 +338,9 @@ class ExtendSetup:
             q = self.q[layer].transpose(0, 1).unsqueeze(0)
             k = self.kx[layer].transpose(0, 1).unsqueeze(0)
             v = self.vx[layer].transpose(0, 1).unsqueeze(0)
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale, enable_gqa=True)
+            return F.scaled_dot_product_attention(
+                q, k, v, is_causal=True, scale=self.scale, enable_gqa=True
+            )
 
         return call
 
@@ -363,7 +409,13 @@ def _outputs_err(tri, ref, args: tuple, outputs: Callable) -> float:
     return max(rel_err(x, y.float()) for x, y in zip(got, want))
 
 
-FUSED_SHAPES = (4096, 14336, 32, 8, 128)  # Llama-3-8B: hidden, intermediate, q heads, kv heads, head dim
+FUSED_SHAPES = (
+    4096,
+    14336,
+    32,
+    8,
+    128,
+)  # Llama-3-8B: hidden, intermediate, q heads, kv heads, head dim
 FUSED_TOKENS = (256, 8192)  # a decode batch, a prefill chunk
 
 
@@ -428,7 +480,9 @@ def bench_fused(args) -> None:
         for name, nbytes, make, tri, ref, outputs in ops:
             n_layers = layers_for(nbytes)
             inputs = [make() for _ in range(n_layers)]
-            if name.startswith("store_kv"):  # poison the target rows: the triton run must write them
+            if name.startswith(
+                "store_kv"
+            ):  # poison the target rows: the triton run must write them
                 kb[loc], vb[loc] = float("nan"), float("nan")
             err = check(name, _outputs_err(tri, ref, inputs[0], outputs))
             t_ms, mark = time_layers([(lambda a=a: tri(*a)) for a in inputs])
@@ -468,7 +522,9 @@ def sweep(args) -> None:
         dict(BLOCK_N=bn, num_warps=w, num_stages=st)
         for bn, w, st in itertools.product((16, 32, 64), (1, 2, 4), (1, 2, 3, 4))
     ]
-    configs += [dict(BLOCK_N=128, num_warps=w, num_stages=st) for w, st in itertools.product((4, 8), (1, 2))]
+    configs += [
+        dict(BLOCK_N=128, num_warps=w, num_stages=st) for w, st in itertools.product((4, 8), (1, 2))
+    ]
     for bs in args.sweep_bs:
         n_layers = layers_for(bs * ctx * hkv * 2 * d * 2)
         s = DecodeSetup(bs, ctx, h, hkv, d, args.max_kv_splits, n_layers)
@@ -488,7 +544,9 @@ def sweep(args) -> None:
                 results.append((math.inf, cfg, type(e).__name__))
         t_default, _ = time_layers([s.triton_call(i) for i in range(n_layers)])
         results.sort(key=lambda r: r[0])
-        print(f"  bs {bs}: floor {floor_ms * 1e3:.1f} us; default config {t_default * 1e3:.1f} us; best 6:")
+        print(
+            f"  bs {bs}: floor {floor_ms * 1e3:.1f} us; default config {t_default * 1e3:.1f} us; best 6:"
+        )
         for t_ms, cfg, note in results[:6]:
             print(f"    {t_ms * 1e3:8.1f} us ({100 * floor_ms / t_ms:3.0f}% floor) {cfg} {note}")
         del s
@@ -513,8 +571,16 @@ def sweep(args) -> None:
             _forced_splits(s, n)
             t_ms, _ = time_layers([s.triton_call(i) for i in range(n_layers)])
             cells.append(f"{t_ms * 1e3:7.1f} ({100 * floor_ms / t_ms:3.0f}%)")
-        picks = [int(compute_num_kv_splits(s.seq_lens, h, hkv, args.max_kv_splits, waves=w).max()) for w in (2, 3, 4)]
-        print(f"{ctx_i:>5} {bs:>4} " + " ".join(f"{c:>14}" for c in cells) + "   " + " / ".join(map(str, picks)))
+        picks = [
+            int(compute_num_kv_splits(s.seq_lens, h, hkv, args.max_kv_splits, waves=w).max())
+            for w in (2, 3, 4)
+        ]
+        print(
+            f"{ctx_i:>5} {bs:>4} "
+            + " ".join(f"{c:>14}" for c in cells)
+            + "   "
+            + " / ".join(map(str, picks))
+        )
         del s
         torch.cuda.empty_cache()
 
@@ -545,7 +611,9 @@ def sweep(args) -> None:
                 s.triton_call(0, cfg)()
                 ok = rel_err(s.o, ref) < TOL
                 t_ms, _ = time_layers([s.triton_call(i, cfg) for i in range(2)])
-                print(f"    {t_ms * 1e3:8.1f} us ({100 * floor_ms / t_ms:3.0f}% floor) {cfg}{'' if ok else ' WRONG'}")
+                print(
+                    f"    {t_ms * 1e3:8.1f} us ({100 * floor_ms / t_ms:3.0f}% floor) {cfg}{'' if ok else ' WRONG'}"
+                )
             except Exception as e:  # noqa: BLE001
                 print(f"    {'-':>8}    {cfg} {type(e).__name__}")
         del s
@@ -553,12 +621,20 @@ def sweep(args) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--bw", type=float, default=4.24e12, help="HBM bytes/s for the decode floor")
-    ap.add_argument("--flops", type=float, default=790e12, help="dense bf16 FLOP/s for the extend floor")
+    ap.add_argument(
+        "--flops", type=float, default=790e12, help="dense bf16 FLOP/s for the extend floor"
+    )
     ap.add_argument("--max-kv-splits", type=int, default=16)
-    ap.add_argument("--only", default="decode,extend,fused", help="comma list of decode,extend,fused")
-    ap.add_argument("--sweep", action="store_true", help="also sweep launch configs / split heuristic")
+    ap.add_argument(
+        "--only", default="decode,extend,fused", help="comma list of decode,extend,fused"
+    )
+    ap.add_argument(
+        "--sweep", action="store_true", help="also sweep launch configs / split heuristic"
+    )
     ap.add_argument(
         "--sweep-ctx",
         type=int,
@@ -566,7 +642,13 @@ def main() -> int:
         default=[SWEEP_CTX],
         help="context lengths of the split table (the config sweep uses the first)",
     )
-    ap.add_argument("--sweep-bs", type=int, nargs="+", default=list(SWEEP_BS), help="batch sizes of the config sweep")
+    ap.add_argument(
+        "--sweep-bs",
+        type=int,
+        nargs="+",
+        default=list(SWEEP_BS),
+        help="batch sizes of the config sweep",
+    )
     ap.add_argument(
         "--sweep-config-splits",
         type=int,
@@ -586,7 +668,9 @@ def main() -> int:
         print("needs a CUDA GPU", file=sys.stderr)
         return 2
     props = torch.cuda.get_device_properties(0)
-    print(f"{props.name}, {props.multi_processor_count} SMs, torch {torch.__version__}, triton {triton.__version__}")
+    print(
+        f"{props.name}, {props.multi_processor_count} SMs, torch {torch.__version__}, triton {triton.__version__}"
+    )
     t0 = time.time()
     sections = {"decode": bench_decode, "extend": bench_extend, "fused": bench_fused}
     for name in args.only.split(","):

@@ -109,9 +109,13 @@ def main(argv=None) -> None:
                 [f"{t:.1f}" for t, _ in results[:5]],
             )
         )
-    print(f"{'matrix':8} {'N x K':>12} {'cuBLAS us':>9} {'TB/s':>5} {'gemv us':>8} {'TB/s':>5}  best config (top-5 us)")
+    print(
+        f"{'matrix':8} {'N x K':>12} {'cuBLAS us':>9} {'TB/s':>5} {'gemv us':>8} {'TB/s':>5}  best config (top-5 us)"
+    )
     for r in rows:
-        print(f"{r[0]:8} {r[1]:>5}x{r[2]:<6} {r[3]:9.2f} {r[4]:5.2f} {r[5]:8.2f} {r[6]:5.2f}  {r[7]} {r[8]}")
+        print(
+            f"{r[0]:8} {r[1]:>5}x{r[2]:<6} {r[3]:9.2f} {r[4]:5.2f} {r[5]:8.2f} {r[6]:5.2f}  {r[7]} {r[8]}"
+        )
     if args.out:
         with open(args.out, "w") as f:
             json.dump(best_cfgs, f, indent=1)

@@ -51,7 +51,9 @@ def main(argv=None) -> None:
         ws = rotating_weights(n, k)
         for m in args.m:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-            t_cublas, results = sweep_configs(f"small-M {name} M{m}", small_m_matmul, x, ws, CONFIGS)
+            t_cublas, results = sweep_configs(
+                f"small-M {name} M{m}", small_m_matmul, x, ws, CONFIGS
+            )
             t_best, cfg = results[0]
             if t_best < MARGIN * t_cublas:
                 adopted[f"{n}x{k}x{block_m_for(m)}"] = cfg
@@ -74,7 +76,9 @@ def main(argv=None) -> None:
         f"{'matrix':8} {'M':>3} {'cuBLAS us':>9} {'TB/s':>5} {'ours us':>8} {'TB/s':>5} {'ratio':>6}  best config (next 4 us)"
     )
     for r in rows:
-        print(f"{r[0]:8} {r[1]:>3} {r[2]:9.2f} {r[3]:5.2f} {r[4]:8.2f} {r[5]:5.2f} {r[2] / r[4]:5.2f}x  {r[6]} {r[7]}")
+        print(
+            f"{r[0]:8} {r[1]:>3} {r[2]:9.2f} {r[3]:5.2f} {r[4]:8.2f} {r[5]:5.2f} {r[2] / r[4]:5.2f}x  {r[6]} {r[7]}"
+        )
     if args.out:
         with open(args.out, "w") as f:
             json.dump(adopted, f, indent=1)

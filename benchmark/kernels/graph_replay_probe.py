@@ -57,7 +57,9 @@ def main():
         t2 = host_ms(second.replay)
         t3 = host_ms(lambda: torch.empty(1, device="cuda").add_(1))
         torch.cuda.synchronize()
-        print(f"{name:26}: host time of 1st replay {t1:.3f} ms, 2nd replay {t2:.3f} ms, a small op after {t3:.3f} ms")
+        print(
+            f"{name:26}: host time of 1st replay {t1:.3f} ms, 2nd replay {t2:.3f} ms, a small op after {t3:.3f} ms"
+        )
 
 
 if __name__ == "__main__":

@@ -107,7 +107,9 @@ def _error_text(obj: Dict[str, Any]) -> Optional[str]:
 
 
 # ---------------------------------------------------------------------------- native /generate
-async def request_native(session: aiohttp.ClientSession, cfg: RequestConfig, req: BenchRequest) -> RequestResult:
+async def request_native(
+    session: aiohttp.ClientSession, cfg: RequestConfig, req: BenchRequest
+) -> RequestResult:
     body: Dict[str, Any] = {
         "sampling_params": {
             "max_new_tokens": req.output_len,
@@ -218,7 +220,11 @@ async def _request_oai(
                         return out
                     _apply_usage(out, obj.get("usage"))
                     for choice in obj.get("choices") or []:
-                        delta = (choice.get("delta") or {}).get("content") if chat else choice.get("text")
+                        delta = (
+                            (choice.get("delta") or {}).get("content")
+                            if chat
+                            else choice.get("text")
+                        )
                         if delta:
                             pieces.append(delta)
                             timer.chunk(1)  # token counts per delta are not reported; one per frame
@@ -250,7 +256,9 @@ async def request_oai_completions(
     return await _request_oai(session, cfg, req, chat=False)
 
 
-async def request_oai_chat(session: aiohttp.ClientSession, cfg: RequestConfig, req: BenchRequest) -> RequestResult:
+async def request_oai_chat(
+    session: aiohttp.ClientSession, cfg: RequestConfig, req: BenchRequest
+) -> RequestResult:
     return await _request_oai(session, cfg, req, chat=True)
 
 

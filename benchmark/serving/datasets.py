@@ -15,7 +15,9 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-DEFAULT_CORPUS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "corpus.txt")
+DEFAULT_CORPUS = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "corpus.txt"
+)
 DATASETS = ("random", "random-ids", "generated-shared-prefix", "sharegpt")
 
 
@@ -25,7 +27,9 @@ class BenchRequest:
     prompt_len: int  # planned prompt tokens
     output_len: int  # max_new_tokens to ask for
     prompt_ids: Optional[List[int]] = None
-    system: Optional[str] = None  # chat backends: the system message (gsp); prompt is then the user turn
+    system: Optional[str] = (
+        None  # chat backends: the system message (gsp); prompt is then the user turn
+    )
     user: Optional[str] = None
     group: int = -1  # gsp group index, -1 otherwise
     extra: Dict[str, Any] = field(default_factory=dict)
@@ -76,14 +80,22 @@ def sample_random(
         window = [ids[(start + k) % len(ids)] for k in range(int(n_in))]
         reqs.append(
             BenchRequest(
-                prompt=_decode(tokenizer, window), prompt_len=int(n_in), output_len=int(n_out), prompt_ids=window
+                prompt=_decode(tokenizer, window),
+                prompt_len=int(n_in),
+                output_len=int(n_out),
+                prompt_ids=window,
             )
         )
     return reqs
 
 
 def sample_random_ids(
-    tokenizer: Any, num: int, input_len: int, output_len: int, range_ratio: float, rng: np.random.Generator
+    tokenizer: Any,
+    num: int,
+    input_len: int,
+    output_len: int,
+    range_ratio: float,
+    rng: np.random.Generator,
 ) -> List[BenchRequest]:
     pool = _ordinary_token_ids(tokenizer)
     in_lens = _lengths(rng, num, input_len, range_ratio)
@@ -92,7 +104,12 @@ def sample_random_ids(
     for n_in, n_out in zip(in_lens, out_lens):
         ids = rng.choice(pool, size=int(n_in)).tolist()
         reqs.append(
-            BenchRequest(prompt=_decode(tokenizer, ids), prompt_len=int(n_in), output_len=int(n_out), prompt_ids=ids)
+            BenchRequest(
+                prompt=_decode(tokenizer, ids),
+                prompt_len=int(n_in),
+                output_len=int(n_out),
+                prompt_ids=ids,
+            )
         )
     return reqs
 
@@ -178,7 +195,11 @@ def sample_sharegpt(
         )
         if len(p_ids) < 4 or n_out < 4 or len(p_ids) + n_out > limit:
             continue
-        reqs.append(BenchRequest(prompt=prompt, prompt_len=len(p_ids), output_len=int(n_out), prompt_ids=p_ids))
+        reqs.append(
+            BenchRequest(
+                prompt=prompt, prompt_len=len(p_ids), output_len=int(n_out), prompt_ids=p_ids
+            )
+        )
         if len(reqs) == num:
             break
     if len(reqs) < num:
@@ -201,7 +222,12 @@ def build_requests(args: Any, tokenizer: Any) -> List[BenchRequest]:
         )
     if name == "random-ids":
         return sample_random_ids(
-            tokenizer, args.num_prompts, args.random_input_len, args.random_output_len, args.random_range_ratio, rng
+            tokenizer,
+            args.num_prompts,
+            args.random_input_len,
+            args.random_output_len,
+            args.random_range_ratio,
+            rng,
         )
     if name == "generated-shared-prefix":
         return sample_generated_shared_prefix(
@@ -216,8 +242,15 @@ def build_requests(args: Any, tokenizer: Any) -> List[BenchRequest]:
         )
     if name == "sharegpt":
         if not args.dataset_path:
-            raise ValueError("--dataset-name sharegpt needs --dataset-path FILE.json (no downloads here)")
+            raise ValueError(
+                "--dataset-name sharegpt needs --dataset-path FILE.json (no downloads here)"
+            )
         return sample_sharegpt(
-            tokenizer, args.dataset_path, args.num_prompts, rng, args.sharegpt_output_len, args.sharegpt_context_len
+            tokenizer,
+            args.dataset_path,
+            args.num_prompts,
+            rng,
+            args.sharegpt_output_len,
+            args.sharegpt_context_len,
         )
     raise ValueError(f"unknown dataset {name!r}; choose from {', '.join(DATASETS)}")

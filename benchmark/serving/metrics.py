@@ -10,7 +10,9 @@ import numpy as np
 from .client import RequestResult
 
 
-def _stats(values: Sequence[float], scale: float, prefix: str, pcts: Sequence[int]) -> Dict[str, float]:
+def _stats(
+    values: Sequence[float], scale: float, prefix: str, pcts: Sequence[int]
+) -> Dict[str, float]:
     arr = np.asarray(values, dtype=float) * scale
     out = {
         f"mean_{prefix}": float(arr.mean()) if arr.size else 0.0,
@@ -45,13 +47,20 @@ def retokenized_len(tokenizer: Any, text: str) -> int:
 
 
 def summarize(
-    results: Sequence[RequestResult], duration: float, tokenizer: Any, server_info: Optional[Dict[str, Any]] = None
+    results: Sequence[RequestResult],
+    duration: float,
+    tokenizer: Any,
+    server_info: Optional[Dict[str, Any]] = None,
 ) -> Dict[str, Any]:
     ok = [r for r in results if r.success]
     failed = [r for r in results if not r.success]
-    retok = [retokenized_len(tokenizer, r.generated_text) for r in ok] if tokenizer is not None else []
+    retok = (
+        [retokenized_len(tokenizer, r.generated_text) for r in ok] if tokenizer is not None else []
+    )
     # Throughput counts the server's completion tokens; if a backend reports none, fall back to retokenized.
-    out_lens = [r.output_len if r.output_len else (retok[i] if retok else 0) for i, r in enumerate(ok)]
+    out_lens = [
+        r.output_len if r.output_len else (retok[i] if retok else 0) for i, r in enumerate(ok)
+    ]
     total_in = sum(r.prompt_len for r in ok)
     total_out = sum(out_lens)
     tpots = [(r.latency - r.ttft) / (n - 1) for r, n in zip(ok, out_lens) if n > 1]
@@ -96,7 +105,9 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def format_table(s: Dict[str, Any], backend: str, request_rate: float, max_concurrency: Optional[int]) -> str:
+def format_table(
+    s: Dict[str, Any], backend: str, request_rate: float, max_concurrency: Optional[int]
+) -> str:
     rows: List[Any] = [
         ("title", " Serving Benchmark Result "),
         ("Backend:", backend),

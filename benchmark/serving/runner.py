@@ -21,7 +21,9 @@ READ_BUFSIZE = 1 << 22
 def make_session() -> aiohttp.ClientSession:
     # No client-side limits: the benchmark's own semaphore is the only concurrency cap.
     return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=None), read_bufsize=READ_BUFSIZE
+        connector=aiohttp.TCPConnector(limit=0),
+        timeout=aiohttp.ClientTimeout(total=None),
+        read_bufsize=READ_BUFSIZE,
     )
 
 
@@ -70,7 +72,11 @@ async def run_requests(
 
 
 async def warmup(
-    request_fn: Callable, cfg: RequestConfig, reqs: Sequence[BenchRequest], n: int, output_len: int = 4
+    request_fn: Callable,
+    cfg: RequestConfig,
+    reqs: Sequence[BenchRequest],
+    n: int,
+    output_len: int = 4,
 ) -> List[RequestResult]:
     """n short requests built from the first prompts (not timed; loads kernels and the tokenizer path)."""
     if n <= 0 or not reqs:
@@ -78,7 +84,9 @@ async def warmup(
     import dataclasses
 
     warm = [
-        dataclasses.replace(reqs[i % len(reqs)], output_len=min(output_len, reqs[i % len(reqs)].output_len))
+        dataclasses.replace(
+            reqs[i % len(reqs)], output_len=min(output_len, reqs[i % len(reqs)].output_len)
+        )
         for i in range(n)
     ]
     async with make_session() as session:

@@ -35,12 +35,18 @@ class BaseBackend:
     def generate(self, s: Any, sampling_params: SglSamplingParams) -> GenerateResult:
         raise NotImplementedError
 
-    def generate_stream(self, s: Any, sampling_params: SglSamplingParams) -> Iterator[GenerateResult]:
+    def generate_stream(
+        self, s: Any, sampling_params: SglSamplingParams
+    ) -> Iterator[GenerateResult]:
         """Yields (new_text, meta_info) pieces; the default is one piece with everything."""
         yield self.generate(s, sampling_params)
 
     def select(
-        self, s: Any, choices: Sequence[str], temperature: float, choices_method: ChoicesSamplingMethod
+        self,
+        s: Any,
+        choices: Sequence[str],
+        temperature: float,
+        choices_method: ChoicesSamplingMethod,
     ) -> ChoicesDecision:
         raise NotImplementedError
 
@@ -135,7 +141,9 @@ class NativeApiBackend(BaseBackend):
         out = self._request(self._generate_payload(s.text_, sampling_params))
         return out["text"], out["meta_info"]
 
-    def generate_stream(self, s: Any, sampling_params: SglSamplingParams) -> Iterator[GenerateResult]:
+    def generate_stream(
+        self, s: Any, sampling_params: SglSamplingParams
+    ) -> Iterator[GenerateResult]:
         payload = {**self._generate_payload(s.text_, sampling_params), "stream": True}
         sent = ""  # what the program has already received
         for chunk in self._request_stream(payload):
@@ -148,11 +156,17 @@ class NativeApiBackend(BaseBackend):
             yield piece, chunk.get("meta_info", {})
 
     def select(
-        self, s: Any, choices: Sequence[str], temperature: float, choices_method: ChoicesSamplingMethod
+        self,
+        s: Any,
+        choices: Sequence[str],
+        temperature: float,
+        choices_method: ChoicesSamplingMethod,
     ) -> ChoicesDecision:
         prefix = s.text_  # temperature is always 0 here: sgl.select rejects anything else
         # 1) Prefill the shared prefix once (the batch below then hits the cache) and learn its length.
-        prompt_len = self._request(_prefill_only(prefix))["meta_info"]["prompt_tokens"] if prefix else 0
+        prompt_len = (
+            self._request(_prefill_only(prefix))["meta_info"]["prompt_tokens"] if prefix else 0
+        )
         # 2) Score all choices in one batch; start two tokens early to see through seam re-tokenization.
         start = max(prompt_len - 2, 0)
         outs = self._request(
@@ -165,7 +179,9 @@ class NativeApiBackend(BaseBackend):
             }
         )
         entries = [
-            choice_token_entries(o["meta_info"]["input_token_logprobs"], prefix, c, prompt_len - start)
+            choice_token_entries(
+                o["meta_info"]["input_token_logprobs"], prefix, c, prompt_len - start
+            )
             for o, c in zip(outs, choices)
         ]
         unconditional = None

@@ -60,7 +60,12 @@ class RuntimeEndpoint(NativeApiBackend):
     ) -> requests.Response:
         try:
             resp = self._session.request(
-                method, self.base_url + path, json=body, headers=self._headers, stream=stream, timeout=self.timeout
+                method,
+                self.base_url + path,
+                json=body,
+                headers=self._headers,
+                stream=stream,
+                timeout=self.timeout,
             )
         except requests.RequestException as e:
             raise RuntimeError(f"{method} {self.base_url}{path} failed: {e}") from e
@@ -84,7 +89,11 @@ class RuntimeEndpoint(NativeApiBackend):
                 chunk = json.loads(data)
                 if isinstance(chunk, dict) and ("error" in chunk or chunk.get("object") == "error"):
                     err = chunk.get("error")
-                    msg = err.get("message") if isinstance(err, dict) else (err or chunk.get("message"))
+                    msg = (
+                        err.get("message")
+                        if isinstance(err, dict)
+                        else (err or chunk.get("message"))
+                    )
                     raise RuntimeError(f"stream from /generate failed: {msg}")
                 yield chunk
         raise RuntimeError("stream from /generate ended without [DONE]")
@@ -93,7 +102,8 @@ class RuntimeEndpoint(NativeApiBackend):
         # The server shares our filesystem in the common case; if the tokenizer cannot be loaded
         # here, chat_template_for_model falls back to the model-path table.
         return chat_template_for_model(
-            self.model_info.get("model_path", ""), tokenizer_path=self.model_info.get("tokenizer_path")
+            self.model_info.get("model_path", ""),
+            tokenizer_path=self.model_info.get("tokenizer_path"),
         )
 
     # --- server operations -----------------------------------------------------------------

@@ -100,7 +100,10 @@ def _from_hf_dict(d: Dict[str, Any]) -> ModelConfig:
     rope_scaling = d.get("rope_scaling") or None
     if rope and rope.get("rope_type", "default") != "default":
         rope_scaling = dict(rope)
-    if rope_scaling and rope_scaling.get("rope_type", rope_scaling.get("type")) in (None, "default"):
+    if rope_scaling and rope_scaling.get("rope_type", rope_scaling.get("type")) in (
+        None,
+        "default",
+    ):
         rope_scaling = None
     theta = d.get("rope_theta", rope.get("rope_theta", 10000.0))
     eos = d.get("eos_token_id")
@@ -154,7 +157,11 @@ def _from_gguf(path: str) -> ModelConfig:
     kv = int(md.get(p + "attention.head_count_kv", heads))
     vocab = int(md.get(p + "vocab_size", len(md.get("tokenizer.ggml.tokens", [])) or 0))
     eos = md.get("tokenizer.ggml.eos_token_id")
-    arch_name = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}[arch]
+    arch_name = {
+        "llama": "LlamaForCausalLM",
+        "qwen2": "Qwen2ForCausalLM",
+        "qwen3": "Qwen3ForCausalLM",
+    }[arch]
     return ModelConfig(
         architecture=arch_name,
         hidden_size=hidden,

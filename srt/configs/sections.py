@@ -74,4 +74,6 @@ class ParallelSection:
 
     @staticmethod
     def of(sa: ServerArgs) -> "ParallelSection":
-        return ParallelSection(sa.tp_size, sa.dp_size, sa.dist_init_addr, sa.dist_timeout, sa.force_distributed)
+        return ParallelSection(
+            sa.tp_size, sa.dp_size, sa.dist_init_addr, sa.dist_timeout, sa.force_distributed
+        )

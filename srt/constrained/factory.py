@@ -9,7 +9,10 @@ DEFAULT_JSON_WHITESPACE = "[ \\n]{0,2}"
 
 
 def make_grammar_backend(
-    server_args: Any, tokenizer: Any, vocab_size: int, stop_token_ids: Optional[Sequence[int]] = None
+    server_args: Any,
+    tokenizer: Any,
+    vocab_size: int,
+    stop_token_ids: Optional[Sequence[int]] = None,
 ):
     from sglang.srt.constrained.xgrammar_backend import XGrammarBackend
 
@@ -18,4 +21,6 @@ def make_grammar_backend(
         ws = DEFAULT_JSON_WHITESPACE
     elif ws == "any":
         ws = None
-    return XGrammarBackend(tokenizer, vocab_size, stop_token_ids=stop_token_ids, whitespace_pattern=ws)
+    return XGrammarBackend(
+        tokenizer, vocab_size, stop_token_ids=stop_token_ids, whitespace_pattern=ws
+    )

@@ -153,7 +153,11 @@ class GrammarManager:
         return self.backend.compile(*key)
 
     def _is_settled(self, w: _Waiting, now: float) -> bool:
-        return w.aborted or w.future.done() or (self.timeout_s is not None and now - w.submitted_at > self.timeout_s)
+        return (
+            w.aborted
+            or w.future.done()
+            or (self.timeout_s is not None and now - w.submitted_at > self.timeout_s)
+        )
 
 
 def _future_error(fut: "Future[BaseGrammarObject]", wait: bool = False) -> Optional[BaseException]:

@@ -36,7 +36,9 @@ def _stop_only_row(num_words: int, stop_token_ids: Sequence[int]) -> torch.Tenso
     for t in stop_token_ids:
         words[t // 32] |= 1 << (t % 32)
     # Bit 31 makes a word negative as int32.
-    return torch.tensor([w - (1 << 32) if w >= (1 << 31) else w for w in words], dtype=xgr.bitmask_dtype)
+    return torch.tensor(
+        [w - (1 << 32) if w >= (1 << 31) else w for w in words], dtype=xgr.bitmask_dtype
+    )
 
 
 class XGrammarGrammar(BaseGrammarObject):
@@ -93,7 +95,9 @@ class XGrammarGrammar(BaseGrammarObject):
     def apply_vocab_mask(logits: torch.Tensor, vocab_mask: torch.Tensor) -> None:
         if logits.shape[0] != vocab_mask.shape[0] or vocab_mask.shape[1] * 32 < logits.shape[1]:
             # xgrammar would leave uncovered columns unmasked; that would let padded ids through.
-            raise ValueError(f"vocab mask {tuple(vocab_mask.shape)} does not cover logits {tuple(logits.shape)}")
+            raise ValueError(
+                f"vocab mask {tuple(vocab_mask.shape)} does not cover logits {tuple(logits.shape)}"
+            )
         if vocab_mask.device != logits.device:
             vocab_mask = vocab_mask.to(logits.device, non_blocking=True)
         xgr.apply_token_bitmask_inplace(logits, vocab_mask, vocab_size=logits.shape[1])
@@ -142,7 +146,9 @@ class XGrammarBackend(BaseGrammarBackend):
 
     def compile(self, key_type: str, key_string: str) -> XGrammarGrammar:
         if key_type not in GRAMMAR_KEY_TYPES:
-            raise GrammarCompileError(key_type, f"unknown grammar type, expected one of {GRAMMAR_KEY_TYPES}")
+            raise GrammarCompileError(
+                key_type, f"unknown grammar type, expected one of {GRAMMAR_KEY_TYPES}"
+            )
         try:
             compiled = self._compile(key_type, key_string)
         except GrammarCompileError:
@@ -151,7 +157,9 @@ class XGrammarBackend(BaseGrammarBackend):
             raise GrammarCompileError(key_type, _clean_message(e)) from None
         grammar = XGrammarGrammar(compiled, self._stop_token_ids)
         if not grammar.allows_a_first_token():
-            raise GrammarCompileError(key_type, "it matches no text: no token is allowed at the start")
+            raise GrammarCompileError(
+                key_type, "it matches no text: no token is allowed at the start"
+            )
         return grammar
 
     def _compile(self, key_type: str, key_string: str) -> xgr.CompiledGrammar:
@@ -191,8 +199,11 @@ def _structural_tag_json(key_string: str) -> str:
     except json.JSONDecodeError:
         return key_string  # let xgrammar report the JSON error in its own words
     if isinstance(obj, dict) and "format" not in obj and "structures" in obj:
-        tags = [xgr.StructuralTagItem(begin=s["begin"], schema=s["schema"], end=s["end"]) for s in obj["structures"]]
-        return xgr.StructuralTag.from_legacy_structural_tag(tags, list(obj.get("triggers", []))).model_dump_json(
-            indent=None
-        )
+        tags = [
+            xgr.StructuralTagItem(begin=s["begin"], schema=s["schema"], end=s["end"])
+            for s in obj["structures"]
+        ]
+        return xgr.StructuralTag.from_legacy_structural_tag(
+            tags, list(obj.get("triggers", []))
+        ).model_dump_json(indent=None)
     return key_string

@@ -33,9 +33,15 @@ class FinishReason:
         if kind == FinishKind.LENGTH.value:
             return FinishLength(int(wire.get("length") or 0))
         if kind == FinishKind.ABORT.value:
-            return FinishAbort(wire.get("message") or "Aborted", wire.get("status_code"), wire.get("err_type"))
+            return FinishAbort(
+                wire.get("message") or "Aborted", wire.get("status_code"), wire.get("err_type")
+            )
         matched = wire.get("matched")
-        return FinishMatchedToken(matched) if isinstance(matched, int) else FinishMatchedStr(matched or "")
+        return (
+            FinishMatchedToken(matched)
+            if isinstance(matched, int)
+            else FinishMatchedStr(matched or "")
+        )
 
     @property
     def openai_reason(self) -> str:

@@ -55,9 +55,15 @@ class ForwardBatch:
     # Logprobs.
     return_logprob: bool = False
     top_logprobs_nums: Optional[List[int]] = None
-    extend_logprob_start_lens_cpu: Optional[List[int]] = None  # per request, relative to the extend part
-    extend_logprob_lens_cpu: Optional[List[int]] = None  # per request, prompt-logprob positions here
-    extend_input_logprob_token_ids: Optional[torch.Tensor] = None  # next-token ids of logprob positions
+    extend_logprob_start_lens_cpu: Optional[List[int]] = (
+        None  # per request, relative to the extend part
+    )
+    extend_logprob_lens_cpu: Optional[List[int]] = (
+        None  # per request, prompt-logprob positions here
+    )
+    extend_input_logprob_token_ids: Optional[torch.Tensor] = (
+        None  # next-token ids of logprob positions
+    )
 
     # Set by the model runner.
     req_to_token_pool: Any = None
@@ -84,7 +90,9 @@ def build_extend_batch(
     bs = len(rows)
     seq_lens = [p + e for p, e in zip(prefix_lens, extend_lens)]
     positions = (
-        torch.cat([torch.arange(p, p + e, dtype=torch.int64) for p, e in zip(prefix_lens, extend_lens)])
+        torch.cat(
+            [torch.arange(p, p + e, dtype=torch.int64) for p, e in zip(prefix_lens, extend_lens)]
+        )
         if bs
         else torch.empty(0, dtype=torch.int64)
     )

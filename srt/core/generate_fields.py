@@ -56,7 +56,9 @@ UNBUILT_FEATURES: Dict[str, Tuple[str, ...]] = {
     "KV hints": ("kv_hints",),
 }  # fmt: skip
 
-FEATURE_OF: Dict[str, str] = {f: feature for feature, names in UNBUILT_FEATURES.items() for f in names}
+FEATURE_OF: Dict[str, str] = {
+    f: feature for feature, names in UNBUILT_FEATURES.items() for f in names
+}
 
 
 def is_neutral(value: Any) -> bool:

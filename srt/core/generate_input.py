@@ -69,7 +69,11 @@ class GenerateReqInput:
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> "GenerateReqInput":
         """Engine.generate's extra keywords: SGLang's field names, but a misspelt name is a TypeError."""
-        unknown = sorted(k for k in kwargs if k not in cls._FIELDS and k not in FEATURE_OF and k not in HINT_FIELDS)
+        unknown = sorted(
+            k
+            for k in kwargs
+            if k not in cls._FIELDS and k not in FEATURE_OF and k not in HINT_FIELDS
+        )
         if unknown:
             raise TypeError(f"Unknown generate argument(s): {', '.join(unknown)}")
         check_unbuilt(kwargs)
@@ -82,7 +86,11 @@ class GenerateReqInput:
         if self.text is not None:
             if isinstance(self.text, str):
                 self.is_single, self.batch_size = True, 1
-            elif isinstance(self.text, list) and self.text and all(isinstance(t, str) for t in self.text):
+            elif (
+                isinstance(self.text, list)
+                and self.text
+                and all(isinstance(t, str) for t in self.text)
+            ):
                 self.is_single, self.batch_size = False, len(self.text)
             else:
                 raise ValueError("`text` must be a string or a non-empty list of strings.")
@@ -90,7 +98,11 @@ class GenerateReqInput:
             ids = self.input_ids
             if isinstance(ids, list) and ids and all(_is_int(t) for t in ids):
                 self.is_single, self.batch_size = True, 1
-            elif isinstance(ids, list) and ids and all(isinstance(x, list) and all(_is_int(t) for t in x) for x in ids):
+            elif (
+                isinstance(ids, list)
+                and ids
+                and all(isinstance(x, list) and all(_is_int(t) for t in x) for x in ids)
+            ):
                 self.is_single, self.batch_size = False, len(ids)
             elif isinstance(ids, list) and not ids:
                 raise ValueError("The input is empty.")
@@ -119,7 +131,9 @@ class GenerateReqInput:
         self.extra_key = self._per_item("extra_key", self.extra_key, str, None)
         self.sampling_params = self._per_item("sampling_params", self.sampling_params, dict, {})
         self.return_logprob = self._per_item("return_logprob", self.return_logprob, bool, False)
-        self.logprob_start_len = self._per_item("logprob_start_len", self.logprob_start_len, int, -1)
+        self.logprob_start_len = self._per_item(
+            "logprob_start_len", self.logprob_start_len, int, -1
+        )
         self.top_logprobs_num = self._per_item("top_logprobs_num", self.top_logprobs_num, int, 0)
         for v in self.top_logprobs_num:
             if v < 0:
@@ -156,7 +170,11 @@ class GenerateReqInput:
             if self.batch_size != 1:
                 raise ValueError("`rid` must be a list with one id per prompt.")
             return [rid]
-        if isinstance(rid, list) and len(rid) == self.batch_size and all(isinstance(r, str) and r for r in rid):
+        if (
+            isinstance(rid, list)
+            and len(rid) == self.batch_size
+            and all(isinstance(r, str) and r for r in rid)
+        ):
             if len(set(rid)) != len(rid):
                 raise ValueError(f"Duplicate request ID detected in the batch: {rid}")
             return rid
@@ -165,7 +183,11 @@ class GenerateReqInput:
     def item(self, i: int) -> "GenerateItem":
         """The i-th prompt of a normalized request."""
         text = (self.text if self.is_single else self.text[i]) if self.text is not None else None
-        ids = (self.input_ids if self.is_single else self.input_ids[i]) if self.input_ids is not None else None
+        ids = (
+            (self.input_ids if self.is_single else self.input_ids[i])
+            if self.input_ids is not None
+            else None
+        )
         return GenerateItem(
             text=text,
             input_ids=ids,

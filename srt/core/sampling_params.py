@@ -51,7 +51,9 @@ class SamplingParams:
     @staticmethod
     def field_names() -> List[str]:
         return [
-            f.name for f in fields(SamplingParams) if f.name not in ("stop_strs", "stop_regex_list", "stop_str_max_len")
+            f.name
+            for f in fields(SamplingParams)
+            if f.name not in ("stop_strs", "stop_regex_list", "stop_str_max_len")
         ]
 
     @classmethod
@@ -72,7 +74,14 @@ class SamplingParams:
 
     def verify(self, vocab_size: int) -> None:
         """Reject values that would crash or silently misbehave in the scheduler."""
-        for name in ("temperature", "top_p", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty"):
+        for name in (
+            "temperature",
+            "top_p",
+            "min_p",
+            "frequency_penalty",
+            "presence_penalty",
+            "repetition_penalty",
+        ):
             v = getattr(self, name)
             if not math.isfinite(v):
                 raise ValueError(f"{name} must be a finite number, got {v}")
@@ -98,20 +107,28 @@ class SamplingParams:
             raise ValueError(
                 f"min_new_tokens ({self.min_new_tokens}) must be <= max_new_tokens ({self.max_new_tokens})"
             )
-        if not 1 <= self.n <= MAX_N:  # the OpenAI bound; n fans out to n requests before any is checked
+        if (
+            not 1 <= self.n <= MAX_N
+        ):  # the OpenAI bound; n fans out to n requests before any is checked
             raise ValueError(f"n must be in [1, {MAX_N}], got {self.n}")
         if self.stream_interval is not None and self.stream_interval < 1:
             raise ValueError(f"stream_interval must be at least 1, got {self.stream_interval}")
         for name in ("stop", "stop_regex"):
             strs = _as_list(getattr(self, name))
             if len(strs) > MAX_STOP_STRINGS:
-                raise ValueError(f"{name} has {len(strs)} entries; at most {MAX_STOP_STRINGS} are allowed")
+                raise ValueError(
+                    f"{name} has {len(strs)} entries; at most {MAX_STOP_STRINGS} are allowed"
+                )
             if any(len(x) > MAX_STOP_STRING_CHARS for x in strs):
-                raise ValueError(f"{name} entries must be at most {MAX_STOP_STRING_CHARS} characters long")
+                raise ValueError(
+                    f"{name} entries must be at most {MAX_STOP_STRING_CHARS} characters long"
+                )
         if self.stop_token_ids:
             for t in self.stop_token_ids:
                 if not 0 <= t < vocab_size:
-                    raise ValueError(f"stop_token_ids entry {t} is outside the vocabulary [0, {vocab_size})")
+                    raise ValueError(
+                        f"stop_token_ids entry {t} is outside the vocabulary [0, {vocab_size})"
+                    )
         if self.logit_bias:
             for k, v in self.logit_bias.items():
                 try:
@@ -119,7 +136,9 @@ class SamplingParams:
                 except (TypeError, ValueError):
                     raise ValueError(f"logit_bias keys must be token ids, got {k!r}") from None
                 if not 0 <= tid < vocab_size:
-                    raise ValueError(f"logit_bias token id {tid} is outside the vocabulary [0, {vocab_size})")
+                    raise ValueError(
+                        f"logit_bias token id {tid} is outside the vocabulary [0, {vocab_size})"
+                    )
                 if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
                     raise ValueError(f"logit_bias value for {k} must be a number, got {v!r}")
                 if not -LOGIT_BIAS_LIMIT <= v <= LOGIT_BIAS_LIMIT:
@@ -128,7 +147,11 @@ class SamplingParams:
         for name, feature in _UNBUILT.items():
             if getattr(self, name) not in (None, False):
                 raise ValueError(f"{name} asks for {feature}, which this server does not support")
-        grammars = [x for x in (self.json_schema, self.regex, self.ebnf, self.structural_tag) if x is not None]
+        grammars = [
+            x
+            for x in (self.json_schema, self.regex, self.ebnf, self.structural_tag)
+            if x is not None
+        ]
         if len(grammars) > 1:
             raise ValueError("Only one of json_schema, regex, ebnf and structural_tag may be set")
         if self.regex is not None:
@@ -149,7 +172,9 @@ class SamplingParams:
         if self.stop_strs:
             if tokenizer is not None:
                 # Longest stop string measured in tokens, plus one, bounds the tail we decode.
-                self.stop_str_max_len = max(len(tokenizer.encode(s, add_special_tokens=False)) for s in self.stop_strs)
+                self.stop_str_max_len = max(
+                    len(tokenizer.encode(s, add_special_tokens=False)) for s in self.stop_strs
+                )
             else:
                 self.stop_str_max_len = max(len(s) for s in self.stop_strs)
         if self.stop_regex_list:
@@ -161,7 +186,9 @@ class SamplingParams:
         return self.temperature <= 1e-6 or self.top_k == 1
 
     def has_grammar(self) -> bool:
-        return any(x is not None for x in (self.json_schema, self.regex, self.ebnf, self.structural_tag))
+        return any(
+            x is not None for x in (self.json_schema, self.regex, self.ebnf, self.structural_tag)
+        )
 
     def to_dict(self) -> Dict[str, Any]:
         return {k: getattr(self, k) for k in self.field_names()}
@@ -175,9 +202,28 @@ LOGIT_BIAS_LIMIT = 100.0
 MAX_STOP_STRINGS = 128
 MAX_STOP_STRING_CHARS = 1024
 MAX_STOP_TOKEN_IDS = 1024
-_UNBUILT = {"beam_width": "beam search", "watermark": "watermarking", "ebnf_full_assistant": "full-assistant EBNF"}
-_INT_FIELDS = {"max_new_tokens", "min_new_tokens", "top_k", "stream_interval", "sampling_seed", "n", "beam_width"}
-_FLOAT_FIELDS = {"temperature", "top_p", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty"}
+_UNBUILT = {
+    "beam_width": "beam search",
+    "watermark": "watermarking",
+    "ebnf_full_assistant": "full-assistant EBNF",
+}
+_INT_FIELDS = {
+    "max_new_tokens",
+    "min_new_tokens",
+    "top_k",
+    "stream_interval",
+    "sampling_seed",
+    "n",
+    "beam_width",
+}
+_FLOAT_FIELDS = {
+    "temperature",
+    "top_p",
+    "min_p",
+    "frequency_penalty",
+    "presence_penalty",
+    "repetition_penalty",
+}
 _BOOL_FIELDS = {
     "ignore_eos",
     "skip_special_tokens",
@@ -193,7 +239,11 @@ def _coerce(name: str, v: Any) -> Any:
     if v is None:  # JSON null (OpenAI-style clients send them) means "the default", for every field
         return _default(name)
     if name in _INT_FIELDS:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not v.is_integer()):
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, (int, float))
+            or (isinstance(v, float) and not v.is_integer())
+        ):
             raise ValueError(f"{name} must be an integer, got {v!r}")
         return int(v)
     if name in _FLOAT_FIELDS:
@@ -215,7 +265,9 @@ def _coerce(name: str, v: Any) -> Any:
     if name in ("stop", "stop_regex"):
         if isinstance(v, str):
             return v
-        if isinstance(v, list) and len(v) > MAX_STOP_STRINGS:  # refused before anything looks at the entries
+        if (
+            isinstance(v, list) and len(v) > MAX_STOP_STRINGS
+        ):  # refused before anything looks at the entries
             raise ValueError(f"{name} has {len(v)} entries; at most {MAX_STOP_STRINGS} are allowed")
         if isinstance(v, list) and all(isinstance(s, str) for s in v):
             return v
@@ -224,7 +276,9 @@ def _coerce(name: str, v: Any) -> Any:
         if isinstance(v, int) and not isinstance(v, bool):
             return [v]
         if isinstance(v, list) and len(v) > MAX_STOP_TOKEN_IDS:
-            raise ValueError(f"stop_token_ids has {len(v)} entries; at most {MAX_STOP_TOKEN_IDS} are allowed")
+            raise ValueError(
+                f"stop_token_ids has {len(v)} entries; at most {MAX_STOP_TOKEN_IDS} are allowed"
+            )
         if isinstance(v, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in v):
             return v
         raise ValueError("stop_token_ids must be a list of integers")

@@ -20,7 +20,10 @@ _CPU_GROUP: Optional[dist.ProcessGroup] = None
 
 
 def init_tensor_parallel(
-    rank: int, size: int, group: Optional[dist.ProcessGroup] = None, cpu_group: Optional[dist.ProcessGroup] = None
+    rank: int,
+    size: int,
+    group: Optional[dist.ProcessGroup] = None,
+    cpu_group: Optional[dist.ProcessGroup] = None,
 ) -> None:
     global _TP_RANK, _TP_SIZE, _TP_GROUP, _CPU_GROUP
     _TP_RANK, _TP_SIZE, _TP_GROUP, _CPU_GROUP = rank, size, group, cpu_group

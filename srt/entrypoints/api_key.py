@@ -24,10 +24,16 @@ class ApiKeyMiddleware:
         self.open_paths = OPEN_PATHS | ({"/metrics"} if metrics_open else frozenset())
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope.get("path") in self.open_paths or self._authorized(scope):
+        if (
+            scope["type"] != "http"
+            or scope.get("path") in self.open_paths
+            or self._authorized(scope)
+        ):
             await self.app(scope, receive, send)
             return
-        err = ApiError(401, "Unauthorized: a valid API key is required (Authorization: Bearer <key>).")
+        err = ApiError(
+            401, "Unauthorized: a valid API key is required (Authorization: Bearer <key>)."
+        )
         body = orjson.dumps(err.body())
         headers = [
             (b"content-type", b"application/json"),

@@ -33,7 +33,9 @@ class _DefaultsFormatter(argparse.HelpFormatter):
 
 
 def build_parser() -> "tuple[argparse.ArgumentParser, argparse.ArgumentParser]":
-    parser = argparse.ArgumentParser(prog="sglang", description="A radix-cache LLM serving runtime.")
+    parser = argparse.ArgumentParser(
+        prog="sglang", description="A radix-cache LLM serving runtime."
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,export-gguf}")
     serve = sub.add_parser(
         "serve",
@@ -48,8 +50,12 @@ def build_parser() -> "tuple[argparse.ArgumentParser, argparse.ArgumentParser]":
         help="Write a GGUF model (default: the embedded SmolLM2) as an HF folder that --model-path can serve.",
         formatter_class=_DefaultsFormatter,
     )
-    export.add_argument("output_dir", help="Folder to write config.json, model.safetensors and the tokenizer to.")
-    export.add_argument("--model-path", default=None, help="A .gguf file; default: the embedded SmolLM2.")
+    export.add_argument(
+        "output_dir", help="Folder to write config.json, model.safetensors and the tokenizer to."
+    )
+    export.add_argument(
+        "--model-path", default=None, help="A .gguf file; default: the embedded SmolLM2."
+    )
     return parser, serve
 
 
@@ -95,7 +101,9 @@ def _unknown_flags_message(serve: argparse.ArgumentParser, extra: List[str]) -> 
     parts = []
     for arg in extra:
         flag = arg.split("=", 1)[0]
-        close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6) if flag.startswith("-") else []
+        close = (
+            difflib.get_close_matches(flag, known, n=1, cutoff=0.6) if flag.startswith("-") else []
+        )
         parts.append(f"{arg} (did you mean {close[0]}?)" if close else arg)
     return "unrecognized arguments: " + " ".join(parts)
 

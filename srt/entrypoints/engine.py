@@ -31,7 +31,9 @@ class Engine:
         configure_logger(self.server_args.log_level)
         self.runtime = launch_subprocesses(self.server_args)
         self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="engine-loop")
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, daemon=True, name="engine-loop"
+        )
         self._thread.start()
         self.tokenizer_manager: TokenizerManager = self._call(self._make_manager())
         self.runtime.start_watchdog(self._on_child_death)
@@ -60,7 +62,9 @@ class Engine:
     @staticmethod
     def _req(prompt, input_ids, sampling_params, **fields: Any) -> GenerateReqInput:
         """The same checks as /generate; other SGLang field names pass through (a misspelt one is a TypeError)."""
-        return GenerateReqInput.from_kwargs(text=prompt, input_ids=input_ids, sampling_params=sampling_params, **fields)
+        return GenerateReqInput.from_kwargs(
+            text=prompt, input_ids=input_ids, sampling_params=sampling_params, **fields
+        )
 
     def generate(
         self,
@@ -105,7 +109,9 @@ class Engine:
         obj = self._req(prompt, input_ids, sampling_params, stream=stream, **fields)
         if stream:
             return self._async_stream(obj)
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._final(obj), self.loop))
+        return await asyncio.wrap_future(
+            asyncio.run_coroutine_threadsafe(self._final(obj), self.loop)
+        )
 
     async def _async_stream(self, obj: GenerateReqInput) -> AsyncIterator[Dict]:
         agen = self.tokenizer_manager.generate_request(obj)

@@ -36,7 +36,13 @@ ERROR_TYPES = {
 class ApiError(Exception):
     """An error meant for the client, with its HTTP status."""
 
-    def __init__(self, status_code: int, message: str, param: Optional[str] = None, code: Optional[str] = None):
+    def __init__(
+        self,
+        status_code: int,
+        message: str,
+        param: Optional[str] = None,
+        code: Optional[str] = None,
+    ):
         super().__init__(message)
         self.status_code = status_code
         self.message = message
@@ -48,7 +54,12 @@ class ApiError(Exception):
         return ERROR_TYPES.get(self.status_code, "APIError")
 
     def body(self) -> Dict[str, Any]:
-        inner = {"message": self.message, "type": self.type, "param": self.param, "code": self.code or self.status_code}
+        inner = {
+            "message": self.message,
+            "type": self.type,
+            "param": self.param,
+            "code": self.code or self.status_code,
+        }
         return {"object": "error", "message": self.message, "type": self.type, "param": self.param,
                 "code": self.status_code, "error": inner}  # fmt: skip
 
@@ -83,7 +94,10 @@ def _from_validation(exc: ValidationError) -> ApiError:
 
 def error_response(err: ApiError, headers: Optional[Dict[str, str]] = None) -> Response:
     return Response(
-        content=orjson.dumps(err.body()), media_type="application/json", status_code=err.status_code, headers=headers
+        content=orjson.dumps(err.body()),
+        media_type="application/json",
+        status_code=err.status_code,
+        headers=headers,
     )
 
 

@@ -21,7 +21,9 @@ def attach_grammar_validator(tm) -> None:
             from sglang.srt.constrained.factory import make_grammar_backend
             from sglang.srt.constrained.grammar_manager import GrammarManager
 
-            state["manager"] = GrammarManager(make_grammar_backend(sa, tm.tokenizer, tm.vocab_size), num_threads=1)
+            state["manager"] = GrammarManager(
+                make_grammar_backend(sa, tm.tokenizer, tm.vocab_size), num_threads=1
+            )
         key = grammar_key(sp)
         return None if key is None else state["manager"].validate(*key)
 

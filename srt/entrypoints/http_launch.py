@@ -39,7 +39,11 @@ def launch_server(server_args: ServerArgs) -> None:
 
     configure_logger(server_args.log_level)
     server_args = resolve_model_paths(server_args)
-    sock = bind_listen_socket(server_args.host, server_args.port) if server_args.node_rank == 0 else None
+    sock = (
+        bind_listen_socket(server_args.host, server_args.port)
+        if server_args.node_rank == 0
+        else None
+    )
     # The HTTP stack (FastAPI, transformers, xgrammar) takes seconds to import: do it while the
     # scheduler and detokenizer processes start, not before.
     preload = threading.Thread(target=_import_http_stack, daemon=True, name="import-http")
@@ -131,7 +135,10 @@ class _GracefulServer:
                 if not state.shutting_down:
                     state.shutting_down = True
                     timeout = state.server_args.graceful_shutdown_timeout
-                    logger.info("Shutting down: new requests are refused; running ones get %.0f s to finish.", timeout)
+                    logger.info(
+                        "Shutting down: new requests are refused; running ones get %.0f s to finish.",
+                        timeout,
+                    )
                     if state.tm is not None:
                         state.tm.closing_message = "The server is shutting down."
                     if state.tm is not None and state.loop is not None:

@@ -22,7 +22,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from sglang.srt.core.generate_input import GenerateReqInput
 from sglang.srt.entrypoints.api_key import ApiKeyMiddleware
 from sglang.srt.entrypoints.body_limits import BodyLimitMiddleware
-from sglang.srt.entrypoints.errors import ApiError, bad_request, error_response, stream_error_event, to_api_error
+from sglang.srt.entrypoints.errors import (
+    ApiError,
+    bad_request,
+    error_response,
+    stream_error_event,
+    to_api_error,
+)
 from sglang.srt.entrypoints.openapi_docs import (
     AbortBody,
     DetokenizeBody,
@@ -31,7 +37,13 @@ from sglang.srt.entrypoints.openapi_docs import (
     install_openapi,
     route_doc,
 )
-from sglang.srt.entrypoints.server_state import ServerState, json_response, read_json, sse, start_stream
+from sglang.srt.entrypoints.server_state import (
+    ServerState,
+    json_response,
+    read_json,
+    sse,
+    start_stream,
+)
 from sglang.srt.entrypoints.streaming import ServerStream
 from sglang.srt.managers.tokenizer.request_state import GenerateError
 from sglang.srt.managers.tokenizer.tokenizer_manager import TokenizerManager
@@ -44,7 +56,9 @@ ABORT_AFTER_STREAM_S = 2.0
 
 def create_app(state: ServerState) -> FastAPI:
     sa = state.server_args
-    app = FastAPI(title="sglang", version=__import__("sglang").__version__, docs_url=None, redoc_url=None)
+    app = FastAPI(
+        title="sglang", version=__import__("sglang").__version__, docs_url=None, redoc_url=None
+    )
     app.state.s = state
 
     @app.exception_handler(RequestValidationError)
@@ -54,7 +68,9 @@ def create_app(state: ServerState) -> FastAPI:
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
         # Unknown routes (404) and wrong methods (405) in the same shape as every other error.
-        return error_response(ApiError(exc.status_code, str(exc.detail)), headers=getattr(exc, "headers", None))
+        return error_response(
+            ApiError(exc.status_code, str(exc.detail)), headers=getattr(exc, "headers", None)
+        )
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):
@@ -71,12 +87,24 @@ def create_app(state: ServerState) -> FastAPI:
 
         add_metrics_route(app, state)
     install_openapi(
-        app, [GenerateBody, AbortBody, TokenizeBody, DetokenizeBody, CompletionRequest, ChatCompletionRequest]
+        app,
+        [
+            GenerateBody,
+            AbortBody,
+            TokenizeBody,
+            DetokenizeBody,
+            CompletionRequest,
+            ChatCompletionRequest,
+        ],
     )
     # The last middleware added runs first: the key is checked before any body is read.
-    app.add_middleware(BodyLimitMiddleware, max_bytes=sa.max_request_bytes, read_timeout=sa.request_read_timeout)
+    app.add_middleware(
+        BodyLimitMiddleware, max_bytes=sa.max_request_bytes, read_timeout=sa.request_read_timeout
+    )
     if sa.api_key:
-        app.add_middleware(ApiKeyMiddleware, api_key=sa.api_key, metrics_open=sa.metrics_without_api_key)
+        app.add_middleware(
+            ApiKeyMiddleware, api_key=sa.api_key, metrics_open=sa.metrics_without_api_key
+        )
     return app
 
 
@@ -152,7 +180,9 @@ def _add_native_routes(app: FastAPI, state: ServerState) -> None:
                 raise ValueError("The body must be a JSON object with `rid` or `abort_all`.")
             unknown = sorted(set(body) - {"rid", "abort_all"})
             if unknown:
-                raise ValueError(f"Unknown field(s): {', '.join(unknown)}; send `rid` or `abort_all`.")
+                raise ValueError(
+                    f"Unknown field(s): {', '.join(unknown)}; send `rid` or `abort_all`."
+                )
             rid, abort_all = body.get("rid"), body.get("abort_all", False)
             if not isinstance(abort_all, bool):
                 raise ValueError("`abort_all` must be a boolean.")
@@ -175,23 +205,33 @@ def _add_native_routes(app: FastAPI, state: ServerState) -> None:
             if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
                 raise ValueError("`prompt` must be a string or a list of strings.")
             if tm().tokenizer is None:
-                raise ValueError("This server was started with --skip-tokenizer-init: it has no tokenizer.")
+                raise ValueError(
+                    "This server was started with --skip-tokenizer-init: it has no tokenizer."
+                )
             ids = await tm().preparer.run(tm().preparer.encode_many, prompts, special)
         except ValueError as e:
             return bad_request(str(e))
         count = len(ids[0]) if single else [len(x) for x in ids]
-        return {"tokens": ids[0] if single else ids, "count": count, "max_model_len": tm().context_len}
+        return {
+            "tokens": ids[0] if single else ids,
+            "count": count,
+            "max_model_len": tm().context_len,
+        }
 
     async def detokenize(request: Request):
         try:
             body = await read_json(request)
             tokens = body.get("tokens") if isinstance(body, dict) else None
-            if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+            if not isinstance(tokens, list) or not all(
+                isinstance(t, int) and not isinstance(t, bool) for t in tokens
+            ):
                 raise ValueError("`tokens` must be a list of integers.")
             if any(t < 0 or t >= tm().vocab_size for t in tokens):
                 raise ValueError(f"token ids must be in [0, {tm().vocab_size}).")
             if tm().tokenizer is None:
-                raise ValueError("This server was started with --skip-tokenizer-init: it has no tokenizer.")
+                raise ValueError(
+                    "This server was started with --skip-tokenizer-init: it has no tokenizer."
+                )
             return {"text": await tm().preparer.run(tm().preparer.decode, tokens)}
         except ValueError as e:
             return bad_request(str(e))
@@ -208,7 +248,9 @@ def _add_native_routes(app: FastAPI, state: ServerState) -> None:
             return bad_request(str(e))
         return await run_generate(state, obj, request)
 
-    app.api_route("/generate", methods=["POST", "PUT"], openapi_extra=route_doc(GenerateBody, stream=True))(generate)
+    app.api_route(
+        "/generate", methods=["POST", "PUT"], openapi_extra=route_doc(GenerateBody, stream=True)
+    )(generate)
 
 
 async def run_generate(state: ServerState, obj: GenerateReqInput, request: Request) -> Response:
@@ -244,4 +286,6 @@ async def run_generate(state: ServerState, obj: GenerateReqInput, request: Reque
         for rid in rids:
             await tm.abort_request(rid)
 
-    return ServerStream(body(), state.server_args.slow_consumer_timeout, background=BackgroundTask(abort_after_end))
+    return ServerStream(
+        body(), state.server_args.slow_consumer_timeout, background=BackgroundTask(abort_after_end)
+    )

@@ -48,7 +48,9 @@ def check_model_path(path: str) -> None:
         if not os.path.exists(os.path.join(path, "config.json")) and not any(
             f.endswith(".gguf") for f in os.listdir(path)
         ):
-            raise ValueError(f"--model-path {path!r} is a folder without config.json or a .gguf file; give {what}.")
+            raise ValueError(
+                f"--model-path {path!r} is a folder without config.json or a .gguf file; give {what}."
+            )
     elif not path.endswith(".gguf"):
         raise ValueError(f"--model-path {path!r} is a file but not a .gguf file; give {what}.")
 
@@ -65,7 +67,9 @@ class Runtime:
 
     def start_watchdog(self, on_child_death: Callable[[str], None]) -> None:
         self.on_child_death = on_child_death
-        self._watch = threading.Thread(target=self._watch_children, daemon=True, name="child-watchdog")
+        self._watch = threading.Thread(
+            target=self._watch_children, daemon=True, name="child-watchdog"
+        )
         self._watch.start()
 
     def _watch_children(self) -> None:
@@ -118,13 +122,18 @@ def launch_subprocesses(server_args: ServerArgs) -> Runtime:
                 gpu = server_args.base_gpu_id + dp_rank * per_node + rank - first
                 name = f"scheduler-dp{dp_rank}-tp{rank}" if dp > 1 else f"scheduler-tp{rank}"
                 p = ctx.Process(
-                    target=run_scheduler_process, args=(server_args, rep, gpu, rank, writer), name=name, daemon=True
+                    target=run_scheduler_process,
+                    args=(server_args, rep, gpu, rank, writer),
+                    name=name,
+                    daemon=True,
                 )
                 p.start()
                 procs.append(p)
                 readers.append(reader)
         if dp > 1:
-            from sglang.srt.managers.data_parallel.data_parallel_controller import run_data_parallel_controller
+            from sglang.srt.managers.data_parallel.data_parallel_controller import (
+                run_data_parallel_controller,
+            )
 
             c = ctx.Process(
                 target=run_data_parallel_controller,
@@ -136,7 +145,10 @@ def launch_subprocesses(server_args: ServerArgs) -> Runtime:
             procs.append(c)
         if not server_args.skip_tokenizer_init and server_args.node_rank == 0:
             d = ctx.Process(
-                target=run_detokenizer_process, args=(server_args, port_args), name="detokenizer", daemon=True
+                target=run_detokenizer_process,
+                args=(server_args, port_args),
+                name="detokenizer",
+                daemon=True,
             )
             d.start()
             procs.append(d)
@@ -163,7 +175,9 @@ def _wait_ready(readers, procs: List[mp.Process]) -> SchedulerReady:
                 break
             dead = [p for p in procs if not p.is_alive()]
             if dead:
-                raise RuntimeError(f"The {dead[0].name} process died during startup (exit code {dead[0].exitcode})")
+                raise RuntimeError(
+                    f"The {dead[0].name} process died during startup (exit code {dead[0].exitcode})"
+                )
             if time.time() > deadline:
                 raise RuntimeError("Timed out waiting for the scheduler to start")
     # Every rank must agree on the pool size; the smallest one bounds all.

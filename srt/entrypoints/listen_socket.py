@@ -28,7 +28,9 @@ def bind_listen_socket(host: str, port: int) -> socket.socket:
         sock.close()
         if e.errno == errno.EADDRINUSE:
             raise PortInUseError(_in_use_message(host, port)) from None
-        raise PortInUseError(f"Cannot listen on {host}:{port}: {e.strerror}. Check --host and --port.") from None
+        raise PortInUseError(
+            f"Cannot listen on {host}:{port}: {e.strerror}. Check --host and --port."
+        ) from None
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock
@@ -47,7 +49,12 @@ def _port_holder(port: int) -> Optional[str]:
     """'PID 123 (python3 -m ...)' of the process listening on the port, if this user may see it."""
     try:
         for conn in psutil.net_connections(kind="inet"):
-            if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
+            if (
+                conn.laddr
+                and conn.laddr.port == port
+                and conn.status == psutil.CONN_LISTEN
+                and conn.pid
+            ):
                 try:
                     cmd = " ".join(psutil.Process(conn.pid).cmdline()[:4])
                 except psutil.Error:

@@ -20,10 +20,14 @@ ADVICE = (
 
 def check_main_guard() -> None:
     if getattr(multiprocessing.current_process(), "_inheriting", False):
-        raise RuntimeError(f"Engine() was called while a worker process was importing your script. {ADVICE}")
+        raise RuntimeError(
+            f"Engine() was called while a worker process was importing your script. {ADVICE}"
+        )
     where = _unguarded_top_level_call()
     if where is not None:
-        raise RuntimeError(f"Engine() is called at the top level of {where[0]} (line {where[1]}). {ADVICE}")
+        raise RuntimeError(
+            f"Engine() is called at the top level of {where[0]} (line {where[1]}). {ADVICE}"
+        )
 
 
 def _unguarded_top_level_call() -> Optional[Tuple[str, int]]:
@@ -33,7 +37,9 @@ def _unguarded_top_level_call() -> Optional[Tuple[str, int]]:
     if not path or not path.endswith(".py"):
         return None  # an interactive session, python -c, or a tool's entry point
     frame = sys._getframe(1)
-    while frame is not None and not (frame.f_globals is vars(main) and frame.f_code.co_name == "<module>"):
+    while frame is not None and not (
+        frame.f_globals is vars(main) and frame.f_code.co_name == "<module>"
+    ):
         frame = frame.f_back
     if frame is None:
         return None  # not called from the script's top level (a function, a thread, a test runner)
@@ -44,7 +50,11 @@ def _unguarded_top_level_call() -> Optional[Tuple[str, int]]:
     except (OSError, SyntaxError, ValueError):
         return None
     for node in ast.walk(tree):
-        if isinstance(node, ast.If) and _is_main_test(node.test) and node.lineno <= line <= (node.end_lineno or line):
+        if (
+            isinstance(node, ast.If)
+            and _is_main_test(node.test)
+            and node.lineno <= line <= (node.end_lineno or line)
+        ):
             return None
     return path, line
 

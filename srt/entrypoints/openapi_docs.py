@@ -22,7 +22,9 @@ from sglang.srt.core.sampling_params import SamplingParams
 _REF = "#/components/schemas/{model}"
 
 
-def _doc_model(name: str, dataclass_type: type, names: Any, doc: str, **overrides: Any) -> Type[BaseModel]:
+def _doc_model(
+    name: str, dataclass_type: type, names: Any, doc: str, **overrides: Any
+) -> Type[BaseModel]:
     """A pydantic model of a dataclass's request fields (types and defaults read from it), for the spec."""
     hints = typing.get_type_hints(dataclass_type)
     defaults = {f.name: f.default for f in dataclasses.fields(dataclass_type)}
@@ -92,12 +94,17 @@ _ERROR_STATUSES = {
 def route_doc(body: Optional[Type[BaseModel]] = None, stream: bool = False) -> Dict[str, Any]:
     """openapi_extra for a route: its JSON body (if any) and its error answers."""
     doc: Dict[str, Any] = {
-        "responses": {code: _json_response(ErrorBody, desc) for code, desc in _ERROR_STATUSES.items()},
+        "responses": {
+            code: _json_response(ErrorBody, desc) for code, desc in _ERROR_STATUSES.items()
+        },
     }
     if stream:
         doc["responses"]["200"] = {
             "description": "JSON, or with `stream: true` server-sent events ending in `data: [DONE]`",
-            "content": {"application/json": {"schema": {"type": "object"}}, "text/event-stream": {}},
+            "content": {
+                "application/json": {"schema": {"type": "object"}},
+                "text/event-stream": {},
+            },
         }
     if body is not None:
         doc["requestBody"] = {

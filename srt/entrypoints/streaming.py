@@ -23,16 +23,22 @@ class ServerStream(StreamingResponse):
         self.send_timeout = send_timeout
 
     async def stream_response(self, send: Any) -> None:
-        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
         async for chunk in self.body_iterator:
             if isinstance(chunk, str):
                 chunk = chunk.encode(self.charset)
             try:
                 await asyncio.wait_for(
-                    send({"type": "http.response.body", "body": chunk, "more_body": True}), self.send_timeout
+                    send({"type": "http.response.body", "body": chunk, "more_body": True}),
+                    self.send_timeout,
                 )
             except asyncio.TimeoutError:
-                logger.warning("A streaming client read nothing for %.0f s; closing its connection.", self.send_timeout)
+                logger.warning(
+                    "A streaming client read nothing for %.0f s; closing its connection.",
+                    self.send_timeout,
+                )
                 await self.body_iterator.aclose()
                 return
         await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -36,7 +36,11 @@ def triton_rmsnorm(
 
 
 def triton_rotary(
-    positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos_sin_cache: torch.Tensor, head_dim: int
+    positions: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    head_dim: int,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Rotate q [N, H*D] and k [N, Hkv*D] in place (views into the qkv projection are fine)."""
     return apply_rotary_emb_(positions, q, k, head_dim, cos_sin_cache)
@@ -76,7 +80,9 @@ def _agrees(candidate: Callable, reference: Callable, make_args: Callable) -> bo
         return False
 
 
-def bind_fused_ops(use_sgl_kernel: bool = True, skinny_matmul: str = "cublas", pdl: bool = True) -> dict:
+def bind_fused_ops(
+    use_sgl_kernel: bool = True, skinny_matmul: str = "cublas", pdl: bool = True
+) -> dict:
     """Install the CUDA hooks; returns {op: implementation name} for the startup log and tests.
     skinny_matmul: "cublas" (F.linear everywhere), "measured" (the Triton GEMV for one row, the
     small-M kernel for 2-64 rows where the H200 sweep found it faster) or "all" (our kernels for every

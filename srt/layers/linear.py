@@ -26,10 +26,18 @@ def set_skinny_matmul(impl) -> None:
     _skinny_matmul = impl
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+def linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None
+) -> torch.Tensor:
     """F.linear, or the bound skinny-matrix kernel for inputs of few rows where it takes them."""
     skinny = _skinny_matmul
-    if skinny is not None and x.is_cuda and x.dim() == 2 and x.shape[0] <= skinny.max_m and x.stride(-1) == 1:
+    if (
+        skinny is not None
+        and x.is_cuda
+        and x.dim() == 2
+        and x.shape[0] <= skinny.max_m
+        and x.stride(-1) == 1
+    ):
         y = skinny(x, weight, bias)
         if y is not None:
             return y
@@ -47,7 +55,9 @@ def _divide(a: int, b: int) -> int:
 
 
 class ColumnParallelLinear(nn.Module):
-    def __init__(self, input_size: int, output_size: int, bias: bool = False, gather_output: bool = False):
+    def __init__(
+        self, input_size: int, output_size: int, bias: bool = False, gather_output: bool = False
+    ):
         super().__init__()
         self.tp_rank, self.tp_size = get_tp_rank(), get_tp_size()
         self.input_size = input_size
@@ -89,7 +99,12 @@ class QKVParallelLinear(ColumnParallelLinear):
     """q, k and v projections merged; query heads split across ranks, KV heads split or replicated."""
 
     def __init__(
-        self, hidden_size: int, head_dim: int, total_num_heads: int, total_num_kv_heads: int, bias: bool = False
+        self,
+        hidden_size: int,
+        head_dim: int,
+        total_num_heads: int,
+        total_num_kv_heads: int,
+        bias: bool = False,
     ):
         tp = get_tp_size()
         self.head_dim = head_dim
@@ -120,7 +135,9 @@ class QKVParallelLinear(ColumnParallelLinear):
 
 
 class RowParallelLinear(nn.Module):
-    def __init__(self, input_size: int, output_size: int, bias: bool = False, reduce_results: bool = True):
+    def __init__(
+        self, input_size: int, output_size: int, bias: bool = False, reduce_results: bool = True
+    ):
         super().__init__()
         self.tp_rank, self.tp_size = get_tp_rank(), get_tp_size()
         self.input_size_per_rank = _divide(input_size, self.tp_size)

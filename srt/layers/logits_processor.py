@@ -30,7 +30,9 @@ class LogitsProcessor:
         self.vocab_size = vocab_size
         self.logit_scale = logit_scale
 
-    def __call__(self, hidden: torch.Tensor, lm_head, forward_batch: ForwardBatch) -> LogitsProcessorOutput:
+    def __call__(
+        self, hidden: torch.Tensor, lm_head, forward_batch: ForwardBatch
+    ) -> LogitsProcessorOutput:
         mode = forward_batch.forward_mode
         if mode.is_decode():
             last = hidden
@@ -39,7 +41,11 @@ class LogitsProcessor:
             last = hidden[last_idx]
         logits = self._logits(last, lm_head, keep_dtype=True)
         out = LogitsProcessorOutput(next_token_logits=logits)
-        if mode.is_extend() and forward_batch.return_logprob and forward_batch.extend_logprob_start_lens_cpu:
+        if (
+            mode.is_extend()
+            and forward_batch.return_logprob
+            and forward_batch.extend_logprob_start_lens_cpu
+        ):
             self._input_logprobs(hidden, lm_head, forward_batch, out)
         return out
 
@@ -52,7 +58,9 @@ class LogitsProcessor:
             return logits.float() * self.logit_scale
         return logits if keep_dtype else logits.float()
 
-    def _input_logprobs(self, hidden: torch.Tensor, lm_head, fb: ForwardBatch, out: LogitsProcessorOutput) -> None:
+    def _input_logprobs(
+        self, hidden: torch.Tensor, lm_head, fb: ForwardBatch, out: LogitsProcessorOutput
+    ) -> None:
         positions: List[int] = []
         start = 0
         lp_lens = fb.extend_logprob_lens_cpu or [0] * fb.batch_size
@@ -68,11 +76,15 @@ class LogitsProcessor:
         max_k = max(fb.top_logprobs_nums or [0])
         token_lp, top_v, top_i = [], [], []
         for s in range(0, len(positions), _LOGPROB_CHUNK):
-            lp = torch.log_softmax(self._logits(hidden[idx[s : s + _LOGPROB_CHUNK]], lm_head), dim=-1)
+            lp = torch.log_softmax(
+                self._logits(hidden[idx[s : s + _LOGPROB_CHUNK]], lm_head), dim=-1
+            )
             tgt = targets[s : s + _LOGPROB_CHUNK]
             token_lp.append(lp.gather(1, tgt.unsqueeze(1)).squeeze(1))
             if max_k > 0:
-                v, i = lp.topk(min(max_k, lp.shape[-1]), dim=-1)  # validated upstream; never crash here
+                v, i = lp.topk(
+                    min(max_k, lp.shape[-1]), dim=-1
+                )  # validated upstream; never crash here
                 top_v.append(v)
                 top_i.append(i)
         out.input_token_logprobs = torch.cat(token_lp)

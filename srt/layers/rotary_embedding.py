@@ -38,7 +38,9 @@ def _llama3_inv_freq(inv: torch.Tensor, s: Dict[str, Any]) -> torch.Tensor:
     return torch.where(medium, smoothed, scaled)
 
 
-def _yarn_inv_freq(dim: int, base: float, s: Dict[str, Any], max_pos: int) -> Tuple[torch.Tensor, float]:
+def _yarn_inv_freq(
+    dim: int, base: float, s: Dict[str, Any], max_pos: int
+) -> Tuple[torch.Tensor, float]:
     factor = s["factor"]
     orig = s.get("original_max_position_embeddings", max_pos)
     mscale = s.get("attention_factor") or (0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0)
@@ -106,7 +108,9 @@ class RotaryEmbedding(nn.Module):
         # [max_pos, rotary_dim]: cos in the first half, sin in the second (the fused kernel's layout).
         self.register_buffer("cos_sin_cache", tables[2], persistent=False)
 
-    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
         """q: [N, H*D], k: [N, Hkv*D]; returns rotated (q, k) of the same shapes."""
         if _fused is not None and q.is_cuda:
             return _fused(positions, q, k, self.cos_sin_cache, self.head_dim)

@@ -52,7 +52,9 @@ def row_hash(seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
 def noise_from_row_hash(rows: torch.Tensor, vocab: int) -> torch.Tensor:
     """[bs, vocab] uniforms in (0, 1) from the row hashes and the token ids."""
     cols = torch.arange(vocab, device=rows.device, dtype=torch.int64)
-    return bits_to_uniform(_fmix32(((rows[:, None] ^ (cols[None, :] * 0x27D4EB2F)) + 0x165667B1) & _MASK32))
+    return bits_to_uniform(
+        _fmix32(((rows[:, None] ^ (cols[None, :] * 0x27D4EB2F)) + 0x165667B1) & _MASK32)
+    )
 
 
 def uniform_noise(seeds: torch.Tensor, steps: torch.Tensor, vocab: int) -> torch.Tensor:
@@ -96,7 +98,9 @@ def _has_adjustments(info: SamplingBatchInfo) -> bool:
 
 def _nan_to_neg_inf(logits: torch.Tensor) -> torch.Tensor:
     """NaN never reaches the argmax; +inf counts as the largest float."""
-    return torch.nan_to_num(logits, nan=float("-inf"), posinf=torch.finfo(logits.dtype).max, neginf=float("-inf"))
+    return torch.nan_to_num(
+        logits, nan=float("-inf"), posinf=torch.finfo(logits.dtype).max, neginf=float("-inf")
+    )
 
 
 def _pick_greedy(logits: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -118,7 +122,13 @@ def sample(
     return_logprob: bool = False,
     top_logprobs_nums: Optional[List[int]] = None,
 ) -> SampleOutput:
-    if info.is_all_greedy and not return_logprob and logits.is_cuda and FUSED_RACE and not _has_adjustments(info):
+    if (
+        info.is_all_greedy
+        and not return_logprob
+        and logits.is_cuda
+        and FUSED_RACE
+        and not _has_adjustments(info)
+    ):
         # Plain greedy decode on CUDA: two small kernels on the raw logits instead of a float copy,
         # nan_to_num, a single-row max (28 us at batch 1 for 128k logits) and three more ops.
         fused = _fused("greedy_argmax", logits)
@@ -136,13 +146,17 @@ def sample(
     out = SampleOutput(next_token_ids=ids, invalid=dead)
     if return_logprob:
         out.next_token_logprobs = raw_logprobs.gather(1, ids.unsqueeze(1)).squeeze(1)
-        k = min(max(top_logprobs_nums or [0]), raw_logprobs.shape[-1])  # validated upstream; never crash here
+        k = min(
+            max(top_logprobs_nums or [0]), raw_logprobs.shape[-1]
+        )  # validated upstream; never crash here
         if k > 0:
             out.top_logprobs_val, out.top_logprobs_idx = raw_logprobs.topk(k, dim=-1)
     return out
 
 
-def _sample_filtered(logits: torch.Tensor, info: SamplingBatchInfo, greedy_ids: torch.Tensor) -> torch.Tensor:
+def _sample_filtered(
+    logits: torch.Tensor, info: SamplingBatchInfo, greedy_ids: torch.Tensor
+) -> torch.Tensor:
     probs = torch.softmax(logits / info.temperatures, dim=-1)
     if info.need_top_k or info.need_top_p or info.need_min_p:
         probs = _filter(probs, info)

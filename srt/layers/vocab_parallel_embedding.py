@@ -8,7 +8,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sglang.srt.distributed.parallel_state import get_tp_rank, get_tp_size, tp_all_gather, tp_all_reduce, tp_distributed
+from sglang.srt.distributed.parallel_state import (
+    get_tp_rank,
+    get_tp_size,
+    tp_all_gather,
+    tp_all_reduce,
+    tp_distributed,
+)
 from sglang.srt.layers.linear import linear
 
 
@@ -23,14 +29,18 @@ class VocabParallelEmbedding(nn.Module):
         self.tp_rank, self.tp_size = get_tp_rank(), get_tp_size()
         self.num_embeddings = num_embeddings
         # Pad only when sharding, so single-rank weights keep their checkpoint shape.
-        self.padded = num_embeddings if self.tp_size == 1 else pad_vocab(num_embeddings, self.tp_size)
+        self.padded = (
+            num_embeddings if self.tp_size == 1 else pad_vocab(num_embeddings, self.tp_size)
+        )
         self.per_rank = self.padded // self.tp_size
         self.start = self.tp_rank * self.per_rank
         self.end = min(self.start + self.per_rank, num_embeddings)
         self.weight = nn.Parameter(torch.empty(self.per_rank, embedding_dim), requires_grad=False)
         self.weight.weight_loader = self.weight_loader
 
-    def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: Optional[str] = None) -> None:
+    def weight_loader(
+        self, param: nn.Parameter, loaded: torch.Tensor, shard_id: Optional[str] = None
+    ) -> None:
         n = self.end - self.start
         if n < self.per_rank:
             param.data[n:].zero_()
@@ -50,5 +60,7 @@ class ParallelLMHead(VocabParallelEmbedding):
     """Logits = hidden @ W^T per vocabulary shard, gathered across ranks and trimmed to the real vocab."""
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        logits = tp_all_gather(linear(hidden, self.weight), dim=-1)  # the identity without a process group
+        logits = tp_all_gather(
+            linear(hidden, self.weight), dim=-1
+        )  # the identity without a process group
         return logits[..., : self.num_embeddings]

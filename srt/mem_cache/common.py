@@ -43,11 +43,15 @@ def alloc_paged(
         tree_cache.evict(worst - allocator.available_size())
     out = allocator.alloc_extend(prefix_lens, last_locs, extend_lens)
     if out is None:
-        raise OutOfMemoryError(f"Out of KV pages: need about {worst} slots, available {allocator.available_size()}")
+        raise OutOfMemoryError(
+            f"Out of KV pages: need about {worst} slots, available {allocator.available_size()}"
+        )
     return out
 
 
-def release_kv_cache(req: Req, tree_cache, req_to_token_pool, allocator, is_insert: bool = True) -> None:
+def release_kv_cache(
+    req: Req, tree_cache, req_to_token_pool, allocator, is_insert: bool = True
+) -> None:
     """Give back everything the request holds: tree insert (or free), over-allocation, and its row."""
     if req.req_pool_idx is None:
         return

@@ -51,4 +51,6 @@ def get_eviction_key(policy: str) -> EvictionKey:
     try:
         return POLICIES[policy.lower()]
     except KeyError:
-        raise ValueError(f"unknown eviction policy {policy!r}; choose one of {sorted(POLICIES)}") from None
+        raise ValueError(
+            f"unknown eviction policy {policy!r}; choose one of {sorted(POLICIES)}"
+        ) from None

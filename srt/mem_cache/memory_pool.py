@@ -20,7 +20,9 @@ class ReqToTokenPool:
         self.size = size
         self.max_context_len = max_context_len
         self.device = device
-        self.req_to_token = torch.zeros((size + 1, max_context_len), dtype=torch.int32, device=device)
+        self.req_to_token = torch.zeros(
+            (size + 1, max_context_len), dtype=torch.int32, device=device
+        )
         if torch.device(device).type == "cpu":
             self.req_to_token_cpu = self.req_to_token
         else:
@@ -51,13 +53,21 @@ class ReqToTokenPool:
             self.req_to_token[row, start:end] = to_device(slots.to(torch.int32), self.device)
 
     def write_batch(
-        self, rows: Sequence[int], positions: Sequence[int], slots: torch.Tensor, on_device: bool = True
+        self,
+        rows: Sequence[int],
+        positions: Sequence[int],
+        slots: torch.Tensor,
+        on_device: bool = True,
     ) -> None:
         """Scatter one slot per (row, position) into the host mirror and, with on_device, the device
         table. A DECODE pass records its new slots on the device itself (write_device, inside the CUDA
         graph), so the decode step passes on_device=False and queues no copy or kernel here.
         rows / positions are host ints (lists or CPU tensors); slots is a CPU int tensor."""
-        r, p, s = np.asarray(rows, dtype=np.int64), np.asarray(positions, dtype=np.int64), slots.numpy()
+        r, p, s = (
+            np.asarray(rows, dtype=np.int64),
+            np.asarray(positions, dtype=np.int64),
+            slots.numpy(),
+        )
         # Through numpy: torch's index_put on small host tensors costs ~3x more host time per step.
         self._mirror_np[r, p] = s
         if not on_device or self.req_to_token_cpu is self.req_to_token:
@@ -67,7 +77,9 @@ class ReqToTokenPool:
         rd, pd, sd = packed.pin_memory().to(self.device, non_blocking=True)
         self.write_device(rd, pd, sd)
 
-    def write_device(self, rows: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor) -> None:
+    def write_device(
+        self, rows: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor
+    ) -> None:
         """req_to_token[rows[i], positions[i]] = slots[i] from tensors already on the table's device
         (the host mirror is not touched; on the CPU they are the same tensor)."""
         self.req_to_token[rows, positions] = slots.to(torch.int32)
@@ -101,16 +113,24 @@ class MHATokenToKVPool:
         # fp8 is stored as uint8-compatible float8 and read back with a per-layer scale (default 1.0).
         self.store_dtype = dtype
         rows = size + page_size
-        self.k_buffer = [torch.zeros((rows, head_num, head_dim), dtype=dtype, device=device) for _ in range(layer_num)]
+        self.k_buffer = [
+            torch.zeros((rows, head_num, head_dim), dtype=dtype, device=device)
+            for _ in range(layer_num)
+        ]
         self.v_buffer = [
-            torch.zeros((rows, head_num, self.v_head_dim), dtype=dtype, device=device) for _ in range(layer_num)
+            torch.zeros((rows, head_num, self.v_head_dim), dtype=dtype, device=device)
+            for _ in range(layer_num)
         ]
         self.k_scale = [1.0] * layer_num
         self.v_scale = [1.0] * layer_num
 
     @staticmethod
     def bytes_per_token(
-        head_num: int, head_dim: int, layer_num: int, dtype: torch.dtype, v_head_dim: Optional[int] = None
+        head_num: int,
+        head_dim: int,
+        layer_num: int,
+        dtype: torch.dtype,
+        v_head_dim: Optional[int] = None,
     ) -> int:
         elem = torch.empty(0, dtype=dtype).element_size()
         return head_num * (head_dim + (v_head_dim or head_dim)) * layer_num * elem
@@ -121,7 +141,9 @@ class MHATokenToKVPool:
     def get_value_buffer(self, layer_id: int) -> torch.Tensor:
         return self.v_buffer[layer_id]
 
-    def set_kv_buffer(self, layer_id: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    def set_kv_buffer(
+        self, layer_id: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> None:
         if k.dtype != self.dtype:
             ks, vs = self.k_scale[layer_id], self.v_scale[layer_id]
             k = (k / ks if ks != 1.0 else k).to(self.dtype)

@@ -252,7 +252,9 @@ class RadixCache(BasePrefixCache):
         now: float,
         priority: Optional[int],
     ) -> TreeNode:
-        leaf = TreeNode(key, value.clone(), parent, extra_key, now, priority if priority is not None else 0)
+        leaf = TreeNode(
+            key, value.clone(), parent, extra_key, now, priority if priority is not None else 0
+        )
         parent.children[self._node_child_key(leaf)] = leaf
         self._evictable_size += len(key)
         self._update_leaf_status(parent)
@@ -339,7 +341,9 @@ class RadixCache(BasePrefixCache):
             aligned = committed - committed % self.page_size
             token_ids = (req.origin_input_ids + req.output_ids)[:aligned]
             assert len(token_ids) == aligned, "kv_committed_len runs past the request's tokens"
-            present = self.insert(token_ids, kv[:aligned], extra_key=req.extra_key, priority=req.priority)
+            present = self.insert(
+                token_ids, kv[:aligned], extra_key=req.extra_key, priority=req.priority
+            )
             # Our copies of what the tree already held are duplicates; the protected part is the tree's.
             self._free(kv[protected:present])
             self._free(kv[aligned:committed])
@@ -360,11 +364,15 @@ class RadixCache(BasePrefixCache):
         protected = req.cache_protected_len
         aligned = len(fill) - len(fill) % self.page_size
         key = fill[:aligned]
-        present = self.insert(key, kv[:aligned], extra_key=req.extra_key, priority=req.priority, chunked=chunked)
+        present = self.insert(
+            key, kv[:aligned], extra_key=req.extra_key, priority=req.priority, chunked=chunked
+        )
         self._free(kv[protected:present])
         match = self.match_prefix(key, extra_key=req.extra_key)
         new_indices, new_node = match.device_indices, match.last_node
-        assert len(new_indices) == aligned, f"re-match returned {len(new_indices)} of {aligned} tokens"
+        assert len(new_indices) == aligned, (
+            f"re-match returned {len(new_indices)} of {aligned} tokens"
+        )
         # The row must now point at the tree's slots wherever we just freed our duplicates.
         self.req_to_token_pool.write(row, protected, new_indices[protected:])
         self.inc_lock_ref(new_node)
@@ -408,5 +416,7 @@ class RadixCache(BasePrefixCache):
             head = node.key[:10]
             more = "..." if len(node.key) > 10 else ""
             extra = f" extra={node.extra_key!r}" if node.extra_key is not None else ""
-            lines.append(f"{'  ' * (depth + 1)}len={len(node.key)} lock={node.lock_ref}{extra} key={head}{more}")
+            lines.append(
+                f"{'  ' * (depth + 1)}len={len(node.key)} lock={node.lock_ref}{extra} key={head}{more}"
+            )
         return "\n".join(lines)

@@ -146,18 +146,32 @@ class ServerMetricsCollector:
             return Counter(name, doc, label, registry=self.registry).labels(model_name)
 
         def histogram(name: str, doc: str, buckets):
-            return Histogram(name, doc, label, buckets=buckets, registry=self.registry).labels(model_name)
+            return Histogram(name, doc, label, buckets=buckets, registry=self.registry).labels(
+                model_name
+            )
 
         self.prompt_tokens = counter(names.PROMPT_TOKENS, "Prompt tokens of finished requests.")
-        self.generation_tokens = counter(names.GENERATION_TOKENS, "Output tokens of finished requests.")
-        self.cached_tokens = counter(names.CACHED_TOKENS, "Prompt tokens served from the prefix cache.")
-        self.num_requests = counter(names.NUM_REQUESTS, "Finished requests, aborted ones included.")
-        self.num_aborted = counter(names.NUM_ABORTED_REQUESTS, "Requests that finished with an abort.")
-        self.ttft = histogram(
-            names.TIME_TO_FIRST_TOKEN, "Seconds from arrival to the first output token.", TTFT_BUCKETS
+        self.generation_tokens = counter(
+            names.GENERATION_TOKENS, "Output tokens of finished requests."
         )
-        self.itl = histogram(names.INTER_TOKEN_LATENCY, "Seconds between consecutive output tokens.", ITL_BUCKETS)
-        self.e2e = histogram(names.E2E_REQUEST_LATENCY, "Seconds from arrival to the last output.", E2E_BUCKETS)
+        self.cached_tokens = counter(
+            names.CACHED_TOKENS, "Prompt tokens served from the prefix cache."
+        )
+        self.num_requests = counter(names.NUM_REQUESTS, "Finished requests, aborted ones included.")
+        self.num_aborted = counter(
+            names.NUM_ABORTED_REQUESTS, "Requests that finished with an abort."
+        )
+        self.ttft = histogram(
+            names.TIME_TO_FIRST_TOKEN,
+            "Seconds from arrival to the first output token.",
+            TTFT_BUCKETS,
+        )
+        self.itl = histogram(
+            names.INTER_TOKEN_LATENCY, "Seconds between consecutive output tokens.", ITL_BUCKETS
+        )
+        self.e2e = histogram(
+            names.E2E_REQUEST_LATENCY, "Seconds from arrival to the last output.", E2E_BUCKETS
+        )
         self.scheduler = _SchedulerSnapshot(model_name)
         self.registry.register(self.scheduler)
 
@@ -173,7 +187,9 @@ class ServerMetricsCollector:
             # have no gap of their own to measure, so they add no ITL sample.
             self.ttft.observe(max(now - state.created_time, 0.0))
             return
-        prev = state.last_chunk_time if state.last_chunk_time is not None else state.first_token_time
+        prev = (
+            state.last_chunk_time if state.last_chunk_time is not None else state.first_token_time
+        )
         gap = max(now - prev, 0.0) / n_new_tokens
         for _ in range(n_new_tokens):
             self.itl.observe(gap)

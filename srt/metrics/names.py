@@ -32,13 +32,19 @@ class SchedulerMetricSpec:
 
 # ---------------------------------------------------------------- pushed by the scheduler
 SCHEDULER_METRICS: Dict[str, SchedulerMetricSpec] = {
-    "num_running_reqs": SchedulerMetricSpec("sglang:num_running_reqs", "gauge", "Requests in the running batch."),
-    "num_queue_reqs": SchedulerMetricSpec("sglang:num_queue_reqs", "gauge", "Requests in the waiting queue."),
+    "num_running_reqs": SchedulerMetricSpec(
+        "sglang:num_running_reqs", "gauge", "Requests in the running batch."
+    ),
+    "num_queue_reqs": SchedulerMetricSpec(
+        "sglang:num_queue_reqs", "gauge", "Requests in the waiting queue."
+    ),
     "num_used_tokens": SchedulerMetricSpec(
         "sglang:num_used_tokens", "gauge", "KV slots held by running requests or locked prefixes."
     ),
     "token_usage": SchedulerMetricSpec(
-        "sglang:token_usage", "gauge", "KV pool fraction in use: (total - available - evictable) / total."
+        "sglang:token_usage",
+        "gauge",
+        "KV pool fraction in use: (total - available - evictable) / total.",
     ),
     "cache_hit_rate": SchedulerMetricSpec(
         "sglang:cache_hit_rate",
@@ -46,10 +52,14 @@ SCHEDULER_METRICS: Dict[str, SchedulerMetricSpec] = {
         "Prefix-cache hit rate since startup: cached / (cached + computed) prompt tokens over prefill rounds.",
     ),
     "gen_throughput": SchedulerMetricSpec(
-        "sglang:gen_throughput", "gauge", "Decode tokens per second over the last decode-log interval."
+        "sglang:gen_throughput",
+        "gauge",
+        "Decode tokens per second over the last decode-log interval.",
     ),
     "new_token_ratio": SchedulerMetricSpec(
-        "sglang:new_token_ratio", "gauge", "Admission forecast: share of remaining max_new_tokens reserved."
+        "sglang:new_token_ratio",
+        "gauge",
+        "Admission forecast: share of remaining max_new_tokens reserved.",
     ),
     "num_retracted_reqs": SchedulerMetricSpec(
         "sglang:num_retracted_reqs", "gauge", "Retracted requests waiting to be prefilled again."
@@ -57,5 +67,7 @@ SCHEDULER_METRICS: Dict[str, SchedulerMetricSpec] = {
     "num_retracted_requests_total": SchedulerMetricSpec(
         "sglang:num_retracted_requests_total", "counter", "Requests retracted since startup."
     ),
-    "max_total_num_tokens": SchedulerMetricSpec("sglang:max_total_num_tokens", "gauge", "KV pool size in tokens."),
+    "max_total_num_tokens": SchedulerMetricSpec(
+        "sglang:max_total_num_tokens", "gauge", "KV pool size in tokens."
+    ),
 }

@@ -32,7 +32,31 @@ GRAPHS_PER_SIZE = 2
 def default_capture_bs(max_bs: int) -> List[int]:
     """Dense where padding would cost most (small batches), coarser above: 23 sizes up to 256 keep
     capture to a few seconds while padding stays under ~15%."""
-    sizes = [1, 2, 3, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 72, 80, 96, 112, 128, 144, 160, 192, 224, 256]
+    sizes = [
+        1,
+        2,
+        3,
+        4,
+        8,
+        12,
+        16,
+        24,
+        32,
+        40,
+        48,
+        56,
+        64,
+        72,
+        80,
+        96,
+        112,
+        128,
+        144,
+        160,
+        192,
+        224,
+        256,
+    ]
     sizes += list(range(288, max_bs + 1, 32))
     out = [s for s in sizes if s <= max_bs]
     if not out or out[-1] != max_bs:
@@ -110,7 +134,9 @@ class CudaGraphRunner:
         self.packed = torch.zeros((4, n), dtype=torch.int64, device=self.device)
         self.packed[2].fill_(self.fill_seq_len)
         # The padding column: position 0, dummy row 0, fill seq_len, dummy slot 0.
-        self.pad_col = torch.tensor([0, 0, self.fill_seq_len, 0], dtype=torch.int64, device=self.device).view(4, 1)
+        self.pad_col = torch.tensor(
+            [0, 0, self.fill_seq_len, 0], dtype=torch.int64, device=self.device
+        ).view(4, 1)
         self.backend.init_cuda_graph_state(n)
 
         self.graphs: Dict[int, List[object]] = {}
@@ -154,7 +180,9 @@ class CudaGraphRunner:
     def _forward_static(self, bs: int) -> LogitsProcessorOutput:
         """The captured work: reads only static buffers."""
         fb = self._static_batch(bs)
-        self.backend.init_forward_metadata_capture_cuda_graph(bs, fb.req_pool_indices, fb.seq_lens, fb.out_cache_loc)
+        self.backend.init_forward_metadata_capture_cuda_graph(
+            bs, fb.req_pool_indices, fb.seq_lens, fb.out_cache_loc
+        )
         return self.runner.model.forward(fb.input_ids, fb.positions, fb)
 
     def _capture_all(self) -> None:
@@ -203,10 +231,14 @@ class CudaGraphRunner:
         if fb.decode_packed is not None:
             self.packed[:, :raw].copy_(fb.decode_packed, non_blocking=True)
         else:
-            for i, t in enumerate((fb.positions, fb.req_pool_indices, fb.seq_lens, fb.out_cache_loc)):
+            for i, t in enumerate(
+                (fb.positions, fb.req_pool_indices, fb.seq_lens, fb.out_cache_loc)
+            ):
                 self.packed[i, :raw].copy_(t, non_blocking=True)
         fb.num_padded = bs - raw
-        self.backend.init_forward_metadata_replay_cuda_graph(bs, self.packed[1, :bs], self.packed[2, :bs])
+        self.backend.init_forward_metadata_replay_cuda_graph(
+            bs, self.packed[1, :bs], self.packed[2, :bs]
+        )
         k = self.num_replays % len(self.graphs[bs])
         self.graphs[bs][k].replay()
         self.num_replays += 1

@@ -41,9 +41,16 @@ class PoolSizes:
 class ModelRunner:
     @classmethod
     def from_server_args(
-        cls, model_config: ModelConfig, sa: ServerArgs, device: str, gpu_id: int = 0, show_progress: bool = True
+        cls,
+        model_config: ModelConfig,
+        sa: ServerArgs,
+        device: str,
+        gpu_id: int = 0,
+        show_progress: bool = True,
     ) -> "ModelRunner":
-        return cls(model_config, ModelSection.of(sa), MemorySection.of(sa), device, gpu_id, show_progress)
+        return cls(
+            model_config, ModelSection.of(sa), MemorySection.of(sa), device, gpu_id, show_progress
+        )
 
     def __init__(
         self,
@@ -86,7 +93,11 @@ class ModelRunner:
         self.attn_backend = self._make_attn_backend()
         self.fused_ops = self._bind_fused_ops()
         self.graph_runner = None
-        if device == "cuda" and not model.disable_cuda_graph and self.attn_backend.supports_cuda_graph:
+        if (
+            device == "cuda"
+            and not model.disable_cuda_graph
+            and self.attn_backend.supports_cuda_graph
+        ):
             from sglang.srt.model_executor.cuda_graph_runner import CudaGraphRunner
 
             self.graph_runner = CudaGraphRunner(self)
@@ -143,7 +154,9 @@ class ModelRunner:
         self.mem_fraction = frac
         tokens = int(max(rest, 0) // self.cell_size())
         if mem.max_total_tokens is not None:
-            tokens = mem.max_total_tokens if self.device == "cpu" else min(tokens, mem.max_total_tokens)
+            tokens = (
+                mem.max_total_tokens if self.device == "cpu" else min(tokens, mem.max_total_tokens)
+            )
         tokens = tokens // self.page_size * self.page_size
         if tokens < 16:
             raise RuntimeError(
@@ -160,7 +173,9 @@ class ModelRunner:
 
     def _init_pools(self) -> None:
         cfg = self.model_config
-        self.req_to_token_pool = ReqToTokenPool(self.max_running_requests, cfg.context_len + 4, self.device)
+        self.req_to_token_pool = ReqToTokenPool(
+            self.max_running_requests, cfg.context_len + 4, self.device
+        )
         self.token_to_kv_pool = MHATokenToKVPool(
             self.max_total_num_tokens,
             self.page_size,
@@ -173,7 +188,9 @@ class ModelRunner:
         if self.page_size == 1:
             self.token_to_kv_pool_allocator = TokenToKVPoolAllocator(self.max_total_num_tokens)
         else:
-            self.token_to_kv_pool_allocator = PagedTokenToKVPoolAllocator(self.max_total_num_tokens, self.page_size)
+            self.token_to_kv_pool_allocator = PagedTokenToKVPoolAllocator(
+                self.max_total_num_tokens, self.page_size
+            )
 
     # ------------------------------------------------------------------ kernels
     def _make_attn_backend(self):
@@ -201,7 +218,9 @@ class ModelRunner:
             return None
         sa = self.model_section
         sm90 = torch.cuda.get_device_capability(self.gpu_id)[0] >= 9
-        mode = {"triton": "all", "cublas": "cublas", "auto": "measured" if sm90 else "cublas"}[sa.skinny_matmul]
+        mode = {"triton": "all", "cublas": "cublas", "auto": "measured" if sm90 else "cublas"}[
+            sa.skinny_matmul
+        ]
         return bind_fused_ops(skinny_matmul=mode, pdl=not sa.disable_pdl)
 
     # ------------------------------------------------------------------ forward
@@ -229,7 +248,11 @@ class ModelRunner:
 def default_mem_fraction(total_bytes: int, mem: MemorySection, model: ModelSection) -> float:
     """Weights + KV over device memory, leaving a reserve for activations and graphs."""
     gb = total_bytes / GB
-    chunk = default_chunked_prefill_size(gb) if mem.chunked_prefill_size is None else max(mem.chunked_prefill_size, 0)
+    chunk = (
+        default_chunked_prefill_size(gb)
+        if mem.chunked_prefill_size is None
+        else max(mem.chunked_prefill_size, 0)
+    )
     reserved = 0.5 + 1.5 * chunk / 1024 + (4.0 if not model.disable_cuda_graph else 0.0)
     if gb > 60:
         reserved = max(reserved, 10.0)

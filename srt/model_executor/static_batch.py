@@ -64,7 +64,9 @@ class StaticBatch:
             outs.append(r.forward(fb))
         if len(outs) == 1:
             return outs[0]
-        return LogitsProcessorOutput(next_token_logits=torch.cat([o.next_token_logits for o in outs]))
+        return LogitsProcessorOutput(
+            next_token_logits=torch.cat([o.next_token_logits for o in outs])
+        )
 
     def decode(self, next_ids: Union[List[int], torch.Tensor]) -> LogitsProcessorOutput:
         """One decode step. next_ids may be a device tensor (e.g. the sampler's output), so a benchmark
@@ -80,7 +82,11 @@ class StaticBatch:
         # Host mirror only: the decode pass records its slots on the device (see prepare_for_decode).
         r.req_to_token_pool.write_batch(self.rows, self.lens, loc, on_device=False)
         self.lens = [x + 1 for x in self.lens]
-        ids = next_ids if isinstance(next_ids, torch.Tensor) else torch.tensor(next_ids, dtype=torch.int64)
+        ids = (
+            next_ids
+            if isinstance(next_ids, torch.Tensor)
+            else torch.tensor(next_ids, dtype=torch.int64)
+        )
         return build_decode_batch(ids, self.lens, self.rows, loc, r.device)
 
     def release(self) -> None:

@@ -54,7 +54,9 @@ def export_gguf(gguf_path: str, out_dir: str) -> str:
     os.makedirs(out_dir, exist_ok=True)
     weights = {
         name: w.contiguous()
-        for name, w in iterate_gguf_weights(path, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.model_type)
+        for name, w in iterate_gguf_weights(
+            path, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.model_type
+        )
     }
     save_file(weights, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
     with open(os.path.join(out_dir, "config.json"), "w") as f:

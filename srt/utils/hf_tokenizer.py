@@ -22,15 +22,21 @@ def _gguf_cache_dir(gguf_path: str) -> str:
     return cache_dir("tokenizers", gguf_path)
 
 
-def get_tokenizer(path: str, trust_remote_code: bool = False, chat_template: Optional[str] = None) -> Any:
+def get_tokenizer(
+    path: str, trust_remote_code: bool = False, chat_template: Optional[str] = None
+) -> Any:
     """Load a tokenizer from a folder, or from a .gguf file (folder/file.gguf)."""
     if path.endswith(".gguf") and os.path.isfile(path):
         cache = _gguf_cache_dir(path)
         if os.path.exists(os.path.join(cache, "tokenizer_config.json")):
             tok = AutoTokenizer.from_pretrained(cache)
         else:
-            logger.info("Reading the tokenizer out of %s once; later starts load it from %s.", path, cache)
-            tok = AutoTokenizer.from_pretrained(os.path.dirname(path) or ".", gguf_file=os.path.basename(path))
+            logger.info(
+                "Reading the tokenizer out of %s once; later starts load it from %s.", path, cache
+            )
+            tok = AutoTokenizer.from_pretrained(
+                os.path.dirname(path) or ".", gguf_file=os.path.basename(path)
+            )
             tmp = cache + f".tmp{os.getpid()}"
             tok.save_pretrained(tmp)
             try:

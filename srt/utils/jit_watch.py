@@ -47,7 +47,13 @@ def _record(kw: Dict[str, Any]) -> None:
     name = _name(kw)
     n = _state["counts"][name] = _state["counts"].get(name, 0) + 1
     if _state["serving"]:
-        logger.warning("Triton compiled %s variant #%d while serving in %.2f s: %s", name, n, dt, kw.get("repr", ""))
+        logger.warning(
+            "Triton compiled %s variant #%d while serving in %.2f s: %s",
+            name,
+            n,
+            dt,
+            kw.get("repr", ""),
+        )
     else:
         logger.debug("Triton compiled %s variant #%d in %.2f s", name, n, dt)
 

@@ -45,7 +45,9 @@ def kill_self_when_parent_dies(poll_s: float = 0.5, cleanup_dir: Optional[str] =
     threading.Thread(target=watch, daemon=True, name="parent-watch").start()
 
 
-def kill_process_tree(pid: Optional[int] = None, include_parent: bool = True, sig: int = signal.SIGKILL) -> None:
+def kill_process_tree(
+    pid: Optional[int] = None, include_parent: bool = True, sig: int = signal.SIGKILL
+) -> None:
     pid = pid or os.getpid()
     try:
         proc = psutil.Process(pid)

@@ -11,4 +11,7 @@ def tiny_ckpts(tmp_path_factory):
     from model_fixtures import write_tiny_model
 
     root = tmp_path_factory.mktemp("gpu_models")
-    return {arch: write_tiny_model(arch, str(root / arch), with_tokenizer=False) for arch in ("llama", "qwen3")}
+    return {
+        arch: write_tiny_model(arch, str(root / arch), with_tokenizer=False)
+        for arch in ("llama", "qwen3")
+    }

@@ -12,7 +12,10 @@ from typing import Dict, List, Optional
 import pytest
 import torch
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
 
 _SEEDS = itertools.count(2000)
 STEPS = 16
@@ -40,7 +43,9 @@ def _runner(path: str, device: str, dtype: str = "auto", kv: str = "auto", graph
         cuda_graph_max_bs=16,
         disable_cuda_graph=not graphs,
     )
-    return ModelRunner.from_server_args(ModelConfig.from_path(path), sa, device, show_progress=False)
+    return ModelRunner.from_server_args(
+        ModelConfig.from_path(path), sa, device, show_progress=False
+    )
 
 
 _CACHE: Dict[tuple, object] = {}

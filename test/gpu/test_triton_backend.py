@@ -15,7 +15,10 @@ from typing import List
 import pytest
 import torch
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
 
 _SEEDS = itertools.count(1000)  # every check gets its own data
 
@@ -73,17 +76,23 @@ class _Setup:
             at += n
         return rows
 
-    def run(self, fb, new_tokens: int, act_dtype: torch.dtype = torch.bfloat16, prestore: bool = False):
+    def run(
+        self, fb, new_tokens: int, act_dtype: torch.dtype = torch.bfloat16, prestore: bool = False
+    ):
         """Both backends on the same inputs. prestore: the pool's own store writes the new K/V first and
         the backends skip theirs, so both read bit-identical pools (fp8 stores may round differently)."""
 
         def rnd(width):
-            return torch.randn((new_tokens, width), generator=self.gen).to(act_dtype).to(self.device)
+            return (
+                torch.randn((new_tokens, width), generator=self.gen).to(act_dtype).to(self.device)
+            )
 
         q, k, v = rnd(self.h * self.d), rnd(self.hkv * self.d), rnd(self.hkv * self.d)
         fb.req_to_token_pool, fb.token_to_kv_pool = self.r2t, self.pool
         if prestore:
-            self.pool.set_kv_buffer(0, fb.out_cache_loc, k.view(-1, self.hkv, self.d), v.view(-1, self.hkv, self.d))
+            self.pool.set_kv_buffer(
+                0, fb.out_cache_loc, k.view(-1, self.hkv, self.d), v.view(-1, self.hkv, self.d)
+            )
         outs = []
         for be in (self.triton, self.native):
             fb.attn_backend = be
@@ -106,10 +115,16 @@ def _decode_batch(s: _Setup, seq_lens: List[int]):
 
     rows = s.layout(seq_lens)
     locs = torch.stack([s.r2t.read(r, n - 1, n)[0] for r, n in zip(rows, seq_lens)])
-    return build_decode_batch(torch.zeros(len(rows), dtype=torch.int64), seq_lens, rows, locs, s.device)
+    return build_decode_batch(
+        torch.zeros(len(rows), dtype=torch.int64), seq_lens, rows, locs, s.device
+    )
 
 
-HEADS = {"llama3-8b 32/8 D128": (32, 8, 128), "qwen3-0.6b 16/8 D128": (16, 8, 128), "smollm 9/3 D64": (9, 3, 64)}
+HEADS = {
+    "llama3-8b 32/8 D128": (32, 8, 128),
+    "qwen3-0.6b 16/8 D128": (16, 8, 128),
+    "smollm 9/3 D64": (9, 3, 64),
+}
 
 
 @pytest.mark.parametrize("heads", list(HEADS))

@@ -16,7 +16,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
 
 TOL = 1e-2
 BF16 = dict(dtype=torch.bfloat16, device="cuda")
@@ -39,7 +42,13 @@ DECODE_CASES = {
     # name: (seq_lens, H, H_kv, D, extra kwargs)
     "llama3-8b bs64 mixed<=4096": (_mixed_lens(64, 4096, 0), 32, 8, 128, {}),
     "llama3-8b bs1 len8191 16 splits": ([8191], 32, 8, 128, dict(max_kv_splits=16)),
-    "llama3-8b bs7 random splits": (_mixed_lens(7, 3000, 1), 32, 8, 128, dict(splits="random", max_kv_splits=16)),
+    "llama3-8b bs7 random splits": (
+        _mixed_lens(7, 3000, 1),
+        32,
+        8,
+        128,
+        dict(splits="random", max_kv_splits=16),
+    ),
     "smollm 9/3 D64 bs33": (_mixed_lens(33, 2048, 2), 9, 3, 64, dict(max_kv_splits=8)),
     "MHA 16/16 D128 per-head": (_mixed_lens(16, 2048, 3), 16, 16, 128, {}),
     "MHA 16/16 D128 grouped": (_mixed_lens(16, 2048, 4), 16, 16, 128, dict(grouped=True)),
@@ -86,7 +95,12 @@ def test_fused_ops_cuda() -> None:
     assert kc.check_store_kv(77, 3, 64, strided=False, **BF16) == 0.0
     assert kc.check_rotary_store(300, 32, 8, 128, **BF16) < TOL
     assert kc.check_rotary_store(17, 9, 3, 64, **BF16) < TOL
-    assert kc.check_rotary_store(64, 32, 8, 128, kv_dtype=torch.float8_e4m3fn, k_scale=0.5, v_scale=2.0, **BF16) < 0.1
+    assert (
+        kc.check_rotary_store(
+            64, 32, 8, 128, kv_dtype=torch.float8_e4m3fn, k_scale=0.5, v_scale=2.0, **BF16
+        )
+        < 0.1
+    )
 
 
 def test_race_argmax_cuda() -> None:
@@ -170,7 +184,9 @@ def test_decode_cuda_graph_replay() -> None:
         graph.replay()
         torch.cuda.synchronize()
         seen_splits.update(nks.tolist())
-        ref = decode_attention_ref(q, pb.k_buffer, pb.v_buffer, pb.req_to_token, pb.req_pool_indices, seq_lens, scale)
+        ref = decode_attention_ref(
+            q, pb.k_buffer, pb.v_buffer, pb.req_to_token, pb.req_pool_indices, seq_lens, scale
+        )
         assert kc.rel_err(o, ref) < TOL, f"round {i}"
     assert len(seen_splits) > 1, "the replays should have exercised different split counts"
 
@@ -182,7 +198,12 @@ def test_gemv_cuda() -> None:
         for n, k in ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)):
             assert kc.check_gemv(m, n, k, seed=m, **BF16) < TOL, (m, n, k)
     assert kc.check_gemv(1, 1000, 900, bias=True, seed=7, **BF16) < TOL
-    assert kc.check_gemv(3, 37, 4100, config=dict(BLOCK_N=16, BLOCK_K=1024, num_warps=8), seed=8, **BF16) < TOL
+    assert (
+        kc.check_gemv(
+            3, 37, 4100, config=dict(BLOCK_N=16, BLOCK_K=1024, num_warps=8), seed=8, **BF16
+        )
+        < TOL
+    )
 
 
 def test_small_m_cuda() -> None:
@@ -193,9 +214,19 @@ def test_small_m_cuda() -> None:
         for n, k in ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)):
             for prefetch in (0, 1):
                 cfg = dict(PREFETCH=prefetch, num_stages=4 if prefetch == 0 else 1)
-                assert kc.check_small_m(m, n, k, config=cfg, seed=m, **BF16) < TOL, (m, n, k, prefetch)
+                assert kc.check_small_m(m, n, k, config=cfg, seed=m, **BF16) < TOL, (
+                    m,
+                    n,
+                    k,
+                    prefetch,
+                )
     assert kc.check_small_m(5, 1000, 900, bias=True, seed=7, **BF16) < TOL
-    assert kc.check_small_m(64, 37, 4100, config=dict(BLOCK_N=64, BLOCK_K=256, num_stages=3), seed=8, **BF16) < TOL
+    assert (
+        kc.check_small_m(
+            64, 37, 4100, config=dict(BLOCK_N=64, BLOCK_K=256, num_stages=3), seed=8, **BF16
+        )
+        < TOL
+    )
 
 
 def test_pdl_chain_in_graph_equals_plain() -> None:

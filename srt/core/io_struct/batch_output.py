@@ -27,6 +27,8 @@ class BatchOutputCommon:
     first_token_times: List[Optional[float]] = field(default_factory=list)
 
 
-def map_common(msg: BatchOutputCommon, fn: Callable[[List[Any]], List[Any]]) -> Dict[str, List[Any]]:
+def map_common(
+    msg: BatchOutputCommon, fn: Callable[[List[Any]], List[Any]]
+) -> Dict[str, List[Any]]:
     """The BatchOutputCommon fields of msg, each list passed through fn (to select or fill rows)."""
     return {f.name: fn(getattr(msg, f.name)) for f in fields(BatchOutputCommon)}

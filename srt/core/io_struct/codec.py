@@ -19,7 +19,14 @@ from sglang.srt.core.sampling_params import SamplingParams
 
 _TYPES: Dict[str, Type] = {
     name: obj
-    for module in (to_scheduler, to_detokenizer, to_tokenizer, to_dp_controller, to_launcher, finish_reason)
+    for module in (
+        to_scheduler,
+        to_detokenizer,
+        to_tokenizer,
+        to_dp_controller,
+        to_launcher,
+        finish_reason,
+    )
     for name, obj in vars(module).items()
     if dataclasses.is_dataclass(obj) and isinstance(obj, type)
 }

@@ -80,7 +80,9 @@ class Choices:
             "total_tokens": prompt + completion,
         }
         if cache_report:
-            usage["prompt_tokens_details"] = {"cached_tokens": sum(s.cached_tokens for s in firsts.values())}
+            usage["prompt_tokens_details"] = {
+                "cached_tokens": sum(s.cached_tokens for s in firsts.values())
+            }
         return usage
 
     def delta(self, out: Dict[str, Any], incremental: bool) -> Delta:
@@ -107,13 +109,17 @@ class Choices:
         st.started = True
         return Delta(st, new_text, lps, tops, meta.get("finish_reason"), meta, first)
 
-    def iter_results(self, results: List[Dict[str, Any]]) -> Iterator[Tuple[ChoiceState, Dict[str, Any]]]:
+    def iter_results(
+        self, results: List[Dict[str, Any]]
+    ) -> Iterator[Tuple[ChoiceState, Dict[str, Any]]]:
         """Non-stream results in choice order."""
         pairs = [(self.get(r["meta_info"]["id"]), r) for r in results]
         return iter(sorted(pairs, key=lambda p: p[0].index))
 
 
-def _slice_logprobs(meta: Dict[str, Any], start: int, end: int) -> Tuple[List[Any], Optional[List[Any]]]:
+def _slice_logprobs(
+    meta: Dict[str, Any], start: int, end: int
+) -> Tuple[List[Any], Optional[List[Any]]]:
     # A cumulative chunk carries every entry so far; the token count of this chunk bounds what is new.
     lps = meta.get("output_token_logprobs")
     if lps is None:

@@ -36,7 +36,9 @@ def completion_logprobs(
     }, offset
 
 
-def chat_logprobs(tokens: Sequence[Entry], tops: Optional[Sequence[Optional[Sequence[Entry]]]]) -> List[Dict[str, Any]]:
+def chat_logprobs(
+    tokens: Sequence[Entry], tops: Optional[Sequence[Optional[Sequence[Entry]]]]
+) -> List[Dict[str, Any]]:
     """The `content` list of a chat choice's logprobs."""
     out = []
     for i, e in enumerate(tokens):

@@ -98,7 +98,9 @@ class CompletionRequest(SamplingFields):
             )
         ):
             return v
-        raise ValueError("prompt must be a string, a list of strings, a list of token ids, or a list of token-id lists")
+        raise ValueError(
+            "prompt must be a string, a list of strings, a list of token ids, or a list of token-id lists"
+        )
 
 
 class ContentPart(_Body):
@@ -131,4 +133,8 @@ class ChatCompletionRequest(SamplingFields):
 
     def max_new_tokens(self) -> Optional[int]:
         # max_completion_tokens replaces the deprecated max_tokens; None runs to the context limit.
-        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+        return (
+            self.max_completion_tokens
+            if self.max_completion_tokens is not None
+            else self.max_tokens
+        )

@@ -42,4 +42,6 @@ def add_openai_routes(app: FastAPI, state: ServerState) -> None:
     doc = route_doc(CompletionRequest, stream=True)
     app.api_route("/v1/completions", methods=["POST", "PUT"], openapi_extra=doc)(create_completion)
     doc = route_doc(ChatCompletionRequest, stream=True)
-    app.api_route("/v1/chat/completions", methods=["POST", "PUT"], openapi_extra=doc)(create_chat_completion)
+    app.api_route("/v1/chat/completions", methods=["POST", "PUT"], openapi_extra=doc)(
+        create_chat_completion
+    )

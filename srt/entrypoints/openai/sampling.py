@@ -33,7 +33,11 @@ _FLAGS = ("ignore_eos", "no_stop_trim", "skip_special_tokens", "spaces_between_s
 
 
 def build_sampling_params(req: SamplingFields, max_new_tokens: Optional[int]) -> Dict[str, Any]:
-    sp: Dict[str, Any] = {"max_new_tokens": max_new_tokens, "min_new_tokens": req.min_tokens, "n": req.n}
+    sp: Dict[str, Any] = {
+        "max_new_tokens": max_new_tokens,
+        "min_new_tokens": req.min_tokens,
+        "n": req.n,
+    }
     for name in _OPTIONAL:
         value = getattr(req, name)
         if value is not None:
@@ -43,7 +47,9 @@ def build_sampling_params(req: SamplingFields, max_new_tokens: Optional[int]) ->
     if req.seed is not None:
         sp["sampling_seed"] = req.seed
     if req.logit_bias:
-        sp["logit_bias"] = dict(req.logit_bias)  # SamplingParams checks ids and the [-100, 100] range
+        sp["logit_bias"] = dict(
+            req.logit_bias
+        )  # SamplingParams checks ids and the [-100, 100] range
     schema = response_format_schema(req.response_format)
     if schema is not None:
         if any(sp.get(k) is not None for k in ("json_schema", "regex", "ebnf", "structural_tag")):
@@ -63,7 +69,11 @@ def response_format_schema(fmt: Optional[ResponseFormat]) -> Optional[str]:
     if fmt.type == "json_object":
         return ANY_JSON_OBJECT
     if fmt.json_schema is None:
-        raise ApiError(400, "response_format of type json_schema needs a `json_schema` object.", "response_format")
+        raise ApiError(
+            400,
+            "response_format of type json_schema needs a `json_schema` object.",
+            "response_format",
+        )
     if fmt.json_schema.schema_ is None:
         return ANY_JSON  # a json_schema format without a schema only promises valid JSON
     return json.dumps(fmt.json_schema.schema_)

@@ -26,7 +26,13 @@ from sglang.srt.core.generate_input import GenerateReqInput
 from sglang.srt.entrypoints.errors import ApiError, error_response, stream_error_event, to_api_error
 from sglang.srt.entrypoints.openai.choices import Choices, ChoiceState, Delta
 from sglang.srt.entrypoints.openai.serving_models import ModelRegistry
-from sglang.srt.entrypoints.server_state import ServerState, json_response, read_json, sse, start_stream
+from sglang.srt.entrypoints.server_state import (
+    ServerState,
+    json_response,
+    read_json,
+    sse,
+    start_stream,
+)
 from sglang.srt.entrypoints.streaming import ServerStream
 from sglang.srt.managers.tokenizer.request_state import GenerateError
 from sglang.srt.managers.tokenizer.tokenizer_manager import TokenizerManager
@@ -86,7 +92,9 @@ class OpenAIServingBase:
     def make_choice(self, job: Job, st: ChoiceState, result: Dict[str, Any]) -> Dict[str, Any]:
         raise NotImplementedError
 
-    def make_response(self, job: Job, choices: List[Dict[str, Any]], usage: Dict[str, Any]) -> Dict[str, Any]:
+    def make_response(
+        self, job: Job, choices: List[Dict[str, Any]], usage: Dict[str, Any]
+    ) -> Dict[str, Any]:
         raise NotImplementedError
 
     def stream_chunks(self, job: Job, d: Delta, finish: Optional[str]) -> List[Dict[str, Any]]:
@@ -104,14 +112,18 @@ class OpenAIServingBase:
             preparer = self.tm.preparer
             req = await preparer.run(self.request_model.model_validate, body)
             model = self.models.resolve(req.model)
-            job = await preparer.run(self.prepare, req, f"{self.id_prefix}{uuid.uuid4().hex}", model)
+            job = await preparer.run(
+                self.prepare, req, f"{self.id_prefix}{uuid.uuid4().hex}", model
+            )
             gen = self.tm.generate_request(job.obj, request)
             if not req.stream:
                 return json_response(await self._complete(job, gen))
             first = await start_stream(gen)
         except Exception as e:  # noqa: BLE001 - every failure before the 200 becomes an OpenAI error
             return error_response(self._report(e))
-        return ServerStream(self._stream(job, gen, first), self.state.server_args.slow_consumer_timeout)
+        return ServerStream(
+            self._stream(job, gen, first), self.state.server_args.slow_consumer_timeout
+        )
 
     def _report(self, e: BaseException) -> ApiError:
         err = to_api_error(e)

@@ -11,7 +11,12 @@ from sglang.srt.entrypoints.openai.choices import Choices, ChoiceState, Delta
 from sglang.srt.entrypoints.openai.logprobs import chat_logprobs
 from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest
 from sglang.srt.entrypoints.openai.sampling import build_sampling_params
-from sglang.srt.entrypoints.openai.serving_base import Job, OpenAIServingBase, new_rids, openai_finish_reason
+from sglang.srt.entrypoints.openai.serving_base import (
+    Job,
+    OpenAIServingBase,
+    new_rids,
+    openai_finish_reason,
+)
 
 
 class OpenAIServingChat(OpenAIServingBase):
@@ -21,8 +26,12 @@ class OpenAIServingChat(OpenAIServingBase):
     def prepare(self, req: ChatCompletionRequest, job_id: str, model: str) -> Job:
         if req.top_logprobs and not req.logprobs:
             raise ApiError(400, "top_logprobs requires logprobs to be true.", "top_logprobs")
-        preparer = self.tm.preparer  # prepare() runs in one of its threads: use that thread's tokenizer
-        input_ids = render_chat_prompt(preparer.thread_tokenizer(), req.messages, preparer.check_chars)
+        preparer = (
+            self.tm.preparer
+        )  # prepare() runs in one of its threads: use that thread's tokenizer
+        input_ids = render_chat_prompt(
+            preparer.thread_tokenizer(), req.messages, preparer.check_chars
+        )
         rids = new_rids(1)
         obj = GenerateReqInput(
             input_ids=input_ids,
@@ -35,7 +44,9 @@ class OpenAIServingChat(OpenAIServingBase):
         )
         return Job(req=req, obj=obj, choices=Choices(rids, req.n), model=model, id=job_id)
 
-    def _logprobs(self, job: Job, lps: List[Any], tops: Optional[List[Any]]) -> Optional[Dict[str, Any]]:
+    def _logprobs(
+        self, job: Job, lps: List[Any], tops: Optional[List[Any]]
+    ) -> Optional[Dict[str, Any]]:
         if not job.req.logprobs:
             return None
         return {"content": chat_logprobs(lps, tops if job.req.top_logprobs else None)}
@@ -47,12 +58,16 @@ class OpenAIServingChat(OpenAIServingBase):
         return {
             "index": st.index,
             "message": {"role": "assistant", "content": result["text"]},
-            "logprobs": self._logprobs(job, meta.get("output_token_logprobs") or [], meta.get("output_top_logprobs")),
+            "logprobs": self._logprobs(
+                job, meta.get("output_token_logprobs") or [], meta.get("output_top_logprobs")
+            ),
             "finish_reason": openai_finish_reason(fr),
             "matched_stop": fr.get("matched") if fr else None,
         }
 
-    def make_response(self, job: Job, choices: List[Dict[str, Any]], usage: Dict[str, Any]) -> Dict[str, Any]:
+    def make_response(
+        self, job: Job, choices: List[Dict[str, Any]], usage: Dict[str, Any]
+    ) -> Dict[str, Any]:
         return {
             "id": job.id,
             "object": "chat.completion",
@@ -69,7 +84,12 @@ class OpenAIServingChat(OpenAIServingBase):
         if d.first:
             # OpenAI streams announce the role once per choice, with empty content.
             out.append(
-                {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+                {
+                    "index": i,
+                    "delta": {"role": "assistant", "content": ""},
+                    "logprobs": None,
+                    "finish_reason": None,
+                }
             )
         if d.text or d.logprobs or finish is not None:
             lp = self._logprobs(job, d.logprobs, d.top_logprobs) if d.logprobs else None

@@ -10,7 +10,12 @@ from sglang.srt.entrypoints.openai.choices import Choices, ChoiceState, Delta
 from sglang.srt.entrypoints.openai.logprobs import completion_logprobs
 from sglang.srt.entrypoints.openai.protocol import CompletionRequest
 from sglang.srt.entrypoints.openai.sampling import build_sampling_params
-from sglang.srt.entrypoints.openai.serving_base import Job, OpenAIServingBase, new_rids, openai_finish_reason
+from sglang.srt.entrypoints.openai.serving_base import (
+    Job,
+    OpenAIServingBase,
+    new_rids,
+    openai_finish_reason,
+)
 
 Prompt = Union[str, List[int]]
 
@@ -64,7 +69,9 @@ class OpenAIServingCompletion(OpenAIServingBase):
     def _decode(self, ids: List[int]) -> str:
         tok = self.tm.preparer.thread_tokenizer()  # called from prepare(), in a pool thread
         if tok is None:
-            raise ApiError(400, "echo needs a tokenizer; this server runs with --skip-tokenizer-init.", "echo")
+            raise ApiError(
+                400, "echo needs a tokenizer; this server runs with --skip-tokenizer-init.", "echo"
+            )
         vocab = self.tm.vocab_size
         if any(t < 0 or t >= vocab for t in ids):  # the tokenizer would overflow on them
             raise ApiError(400, f"prompt token ids must be in [0, {vocab}).", "prompt")
@@ -87,7 +94,9 @@ class OpenAIServingCompletion(OpenAIServingBase):
             choice["logprobs"], _ = completion_logprobs(lps, tops if req.logprobs else None, 0)
         return self._finish_fields(choice, meta)
 
-    def make_response(self, job: Job, choices: List[Dict[str, Any]], usage: Dict[str, Any]) -> Dict[str, Any]:
+    def make_response(
+        self, job: Job, choices: List[Dict[str, Any]], usage: Dict[str, Any]
+    ) -> Dict[str, Any]:
         return {
             "id": job.id,
             "object": "text_completion",
@@ -116,7 +125,12 @@ class OpenAIServingCompletion(OpenAIServingBase):
                 tops = (d.meta.get("input_top_logprobs") or []) + tops
         if not text and not lps and finish is None:
             return []
-        choice: Dict[str, Any] = {"index": d.state.index, "text": text, "logprobs": None, "finish_reason": finish}
+        choice: Dict[str, Any] = {
+            "index": d.state.index,
+            "text": text,
+            "logprobs": None,
+            "finish_reason": finish,
+        }
         if req.logprobs is not None:
             offsets = job.extra["offsets"]
             choice["logprobs"], offsets[d.state.index] = completion_logprobs(

@@ -26,7 +26,9 @@ class KVStoreTarget:
 class AttentionBackend:
     """Stores this pass's K/V into the pool, then attends each query to its request's slots."""
 
-    def kv_store_target(self, layer: "RadixAttention", forward_batch: "ForwardBatch") -> Optional[KVStoreTarget]:
+    def kv_store_target(
+        self, layer: "RadixAttention", forward_batch: "ForwardBatch"
+    ) -> Optional[KVStoreTarget]:
         """A backend whose pool layout the fused rotary + store kernel can write returns the target;
         the layer then stores its K/V there itself and calls forward with save_kv_cache=False."""
         return None
@@ -70,7 +72,11 @@ class AttentionBackend:
         raise NotImplementedError
 
     def init_forward_metadata_capture_cuda_graph(
-        self, bs: int, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor, out_cache_loc: torch.Tensor
+        self,
+        bs: int,
+        req_pool_indices: torch.Tensor,
+        seq_lens: torch.Tensor,
+        out_cache_loc: torch.Tensor,
     ) -> None:
         """Also records the slots (see init_forward_metadata), inside the graph."""
         raise NotImplementedError

@@ -49,7 +49,12 @@ class DecodeMetadata:
 class TritonAttnBackend(AttentionBackend):
     supports_cuda_graph = True
 
-    def __init__(self, model_runner, max_kv_splits: int = DEFAULT_MAX_KV_SPLITS, num_sms: Optional[int] = None):
+    def __init__(
+        self,
+        model_runner,
+        max_kv_splits: int = DEFAULT_MAX_KV_SPLITS,
+        num_sms: Optional[int] = None,
+    ):
         cfg = model_runner.model_config
         tp = getattr(model_runner, "tp_size", 1)
         self.device = model_runner.device
@@ -75,7 +80,9 @@ class TritonAttnBackend(AttentionBackend):
         f32 = dict(dtype=torch.float32, device=self.device)
         return DecodeMetadata(
             num_kv_splits=torch.empty(bs, dtype=torch.int32, device=self.device),
-            attn_logits=torch.empty((bs, self.num_heads, self.max_kv_splits, self.v_head_dim), **f32),
+            attn_logits=torch.empty(
+                (bs, self.num_heads, self.max_kv_splits, self.v_head_dim), **f32
+            ),
             attn_lse=torch.empty((bs, self.num_heads, self.max_kv_splits), **f32),
         )
 
@@ -105,13 +112,19 @@ class TritonAttnBackend(AttentionBackend):
         if fb.forward_mode.is_decode():
             meta = self._new_decode_meta(fb.batch_size)
             self._decode_prologue(
-                fb.seq_lens, fb.req_pool_indices, fb.out_cache_loc, meta, fb.req_to_token_pool.req_to_token
+                fb.seq_lens,
+                fb.req_pool_indices,
+                fb.out_cache_loc,
+                meta,
+                fb.req_to_token_pool.req_to_token,
             )
             self.decode_meta = meta
         # Extend needs only the ForwardBatch's own index tensors (and max_extend_len on the host).
 
     # ------------------------------------------------------------------ kernels
-    def kv_store_target(self, layer: "RadixAttention", forward_batch: "ForwardBatch") -> Optional[KVStoreTarget]:
+    def kv_store_target(
+        self, layer: "RadixAttention", forward_batch: "ForwardBatch"
+    ) -> Optional[KVStoreTarget]:
         pool = forward_batch.token_to_kv_pool
         lid = layer.layer_id
         return KVStoreTarget(
@@ -123,7 +136,9 @@ class TritonAttnBackend(AttentionBackend):
         )
 
     @staticmethod
-    def _store(layer: "RadixAttention", forward_batch: "ForwardBatch", k: torch.Tensor, v: torch.Tensor) -> None:
+    def _store(
+        layer: "RadixAttention", forward_batch: "ForwardBatch", k: torch.Tensor, v: torch.Tensor
+    ) -> None:
         pool = forward_batch.token_to_kv_pool
         lid = layer.layer_id
         store_kv(
@@ -205,12 +220,20 @@ class TritonAttnBackend(AttentionBackend):
         return DecodeMetadata(g.num_kv_splits[:bs], g.attn_logits[:bs], g.attn_lse[:bs])
 
     def init_forward_metadata_capture_cuda_graph(
-        self, bs: int, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor, out_cache_loc: torch.Tensor
+        self,
+        bs: int,
+        req_pool_indices: torch.Tensor,
+        seq_lens: torch.Tensor,
+        out_cache_loc: torch.Tensor,
     ) -> None:
         """Called inside the capture: every replay recomputes the split counts and records the slots."""
         meta = self._graph_views(bs)
-        assert self.req_to_token is not None, "CUDA graphs need the model runner's req_to_token_pool"
-        self._decode_prologue(seq_lens[:bs], req_pool_indices[:bs], out_cache_loc[:bs], meta, self.req_to_token)
+        assert self.req_to_token is not None, (
+            "CUDA graphs need the model runner's req_to_token_pool"
+        )
+        self._decode_prologue(
+            seq_lens[:bs], req_pool_indices[:bs], out_cache_loc[:bs], meta, self.req_to_token
+        )
         self.decode_meta = meta
 
     def init_forward_metadata_replay_cuda_graph(

@@ -29,13 +29,24 @@ def silu_and_mul(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.T
     assert x.shape[-1] % 2 == 0 and x.stride(-1) == 1
     inter = x.shape[-1] // 2
     x2 = x.reshape(-1, 2 * inter)
-    y = torch.empty((x2.shape[0], inter), dtype=x.dtype, device=x.device) if out is None else out.view(-1, inter)
+    y = (
+        torch.empty((x2.shape[0], inter), dtype=x.dtype, device=x.device)
+        if out is None
+        else out.view(-1, inter)
+    )
     if x2.shape[0] == 0:
         return y.view(*x.shape[:-1], inter)
     block = min(1024, triton.next_power_of_2(inter))
     grid = (x2.shape[0], triton.cdiv(inter, block))
     _silu_and_mul_kernel[grid](
-        x2, y, x2.stride(0), y.stride(0), inter, BLOCK=block, num_warps=4 if x.is_cuda else 1, **pdl_args(x)
+        x2,
+        y,
+        x2.stride(0),
+        y.stride(0),
+        inter,
+        BLOCK=block,
+        num_warps=4 if x.is_cuda else 1,
+        **pdl_args(x),
     )
     return y.view(*x.shape[:-1], inter)
 

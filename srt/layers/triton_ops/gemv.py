@@ -125,7 +125,10 @@ def config_for(n: int, k: int) -> dict:
 
 
 def gemv(
-    x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor] = None, config: Optional[dict] = None
+    x: torch.Tensor,
+    w: torch.Tensor,
+    bias: Optional[torch.Tensor] = None,
+    config: Optional[dict] = None,
 ) -> torch.Tensor:
     """x [M, K] (M <= 4, rows contiguous in K), w [N, K] contiguous -> [M, N]."""
     m, k = x.shape

@@ -35,7 +35,9 @@ def store_head_rows(
     x = tl.load(src + offs_h[:, None] * stride_sh + offs_d[None, :], mask=m)
     if SCALED:
         x = x.to(tl.float32) * inv_scale
-    tl.store(dst + offs_h[:, None] * stride_dh + offs_d[None, :], x.to(dst.dtype.element_ty), mask=m)
+    tl.store(
+        dst + offs_h[:, None] * stride_dh + offs_d[None, :], x.to(dst.dtype.element_ty), mask=m
+    )
 
 
 @triton.jit
@@ -68,7 +70,16 @@ def _store_kv_kernel(
     pdl_wait(PDL)
     slot = tl.load(Loc + i).to(tl.int64)
     store_head_rows(
-        K + i * stride_kt, stride_kh, KBuf + slot * stride_kbt, stride_kbh, inv_k_scale, H, D, BLOCK_H, BLOCK_D, SCALED
+        K + i * stride_kt,
+        stride_kh,
+        KBuf + slot * stride_kbt,
+        stride_kbh,
+        inv_k_scale,
+        H,
+        D,
+        BLOCK_H,
+        BLOCK_D,
+        SCALED,
     )
     store_head_rows(
         V + i * stride_vt,
@@ -127,7 +138,10 @@ def store_kv(
         BLOCK_D=triton.next_power_of_2(d),
         # fp8 destinations always go through fp32 (a direct bf16 -> fp8 cast is not on every target).
         BLOCK_DV=triton.next_power_of_2(dv),
-        SCALED=k_scale != 1.0 or v_scale != 1.0 or k_buffer.element_size() == 1 or v_buffer.element_size() == 1,
+        SCALED=k_scale != 1.0
+        or v_scale != 1.0
+        or k_buffer.element_size() == 1
+        or v_buffer.element_size() == 1,
         num_warps=4 if k.is_cuda else 1,
         **pdl_args(k),
     )

@@ -47,7 +47,11 @@ def _rmsnorm_kernel(
 
 
 def _launch(
-    x: torch.Tensor, residual: Optional[torch.Tensor], weight: torch.Tensor, eps: float, out: Optional[torch.Tensor]
+    x: torch.Tensor,
+    residual: Optional[torch.Tensor],
+    weight: torch.Tensor,
+    eps: float,
+    out: Optional[torch.Tensor],
 ) -> torch.Tensor:
     hidden = x.shape[-1]
     assert weight.shape == (hidden,) and x.stride(-1) == 1
@@ -76,13 +80,19 @@ def _launch(
     return y.view(x.shape)
 
 
-def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+def rmsnorm(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, out: Optional[torch.Tensor] = None
+) -> torch.Tensor:
     """y = x / rms(x) * weight over the last dim; x [..., hidden] with contiguous last dim."""
     return _launch(x, None, weight, eps, out)
 
 
 def fused_add_rmsnorm(
-    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, out: Optional[torch.Tensor] = None
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    out: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """residual <- x + residual (in place, residual must be contiguous); returns rmsnorm(residual)."""
     assert residual.shape == x.shape and residual.is_contiguous()
@@ -95,6 +105,8 @@ def rmsnorm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tens
     return y.to(x.dtype)
 
 
-def fused_add_rmsnorm_ref(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+def fused_add_rmsnorm_ref(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> torch.Tensor:
     residual.copy_((x.float() + residual.float()).to(residual.dtype))
     return rmsnorm_ref(residual, weight, eps).to(x.dtype)

@@ -79,7 +79,11 @@ def _rotary_kernel(
 
 
 def apply_rotary_emb_(
-    positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, head_size: int, cos_sin_cache: torch.Tensor
+    positions: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    head_size: int,
+    cos_sin_cache: torch.Tensor,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Rotate q [N, Hq*head_size] and k [N, Hk*head_size] in place (rows may be strided views, e.g.
     slices of a fused qkv output; each row's heads must be contiguous). Returns (q, k)."""
@@ -159,7 +163,9 @@ def _rotary_store_kernel(
     cos = tl.load(Cache + pos * stride_c + offs_r, mask=mask_r, other=0.0).to(tl.float32)
     sin = tl.load(Cache + pos * stride_c + HALF + offs_r, mask=mask_r, other=0.0).to(tl.float32)
     _rotate_heads(Q, stride_q, tok, cos, sin, n_q_heads, HEAD_SIZE, HALF, BLOCK_HQ, BLOCK_HALF)
-    r1, r2 = _rotate_heads(K, stride_k, tok, cos, sin, n_k_heads, HEAD_SIZE, HALF, BLOCK_HK, BLOCK_HALF)
+    r1, r2 = _rotate_heads(
+        K, stride_k, tok, cos, sin, n_k_heads, HEAD_SIZE, HALF, BLOCK_HK, BLOCK_HALF
+    )
     # The pool gets the rounded rotated k from registers (a re-read of K here could race with other
     # threads' in-place stores), exactly what a separate store of k would have written.
     offs_h = tl.arange(0, BLOCK_HK)
@@ -208,13 +214,22 @@ def apply_rotary_emb_and_store_(
         assert t.stride(-1) == 1, "last dimension must be contiguous"
     n_q, n_k = q.shape[-1] // head_size, k.shape[-1] // head_size
     dv = v_buffer.shape[2]
-    assert k_buffer.shape[1:] == (n_k, head_size) and v_buffer.shape[1] == n_k and v.shape[-1] == n_k * dv
+    assert (
+        k_buffer.shape[1:] == (n_k, head_size)
+        and v_buffer.shape[1] == n_k
+        and v.shape[-1] == n_k * dv
+    )
     if n == 0:
         return
     half = rot // 2
     block_hq = triton.next_power_of_2(n_q)
     block_half = triton.next_power_of_2(half)
-    scaled = k_scale != 1.0 or v_scale != 1.0 or k_buffer.element_size() == 1 or v_buffer.element_size() == 1
+    scaled = (
+        k_scale != 1.0
+        or v_scale != 1.0
+        or k_buffer.element_size() == 1
+        or v_buffer.element_size() == 1
+    )
     _rotary_store_kernel[(n,)](
         positions,
         q,
@@ -250,15 +265,23 @@ def apply_rotary_emb_and_store_(
 
 
 def build_cos_sin_cache(
-    max_pos: int, rotary_dim: int, base: float = 10000.0, dtype: torch.dtype = torch.float32, device=None
+    max_pos: int,
+    rotary_dim: int,
+    base: float = 10000.0,
+    dtype: torch.dtype = torch.float32,
+    device=None,
 ) -> torch.Tensor:
     """[max_pos, rotary_dim] = cat(cos, sin) of pos * base^(-2i/rotary_dim) (no RoPE scaling)."""
-    inv_freq = base ** (-torch.arange(0, rotary_dim, 2, dtype=torch.float64, device=device) / rotary_dim)
+    inv_freq = base ** (
+        -torch.arange(0, rotary_dim, 2, dtype=torch.float64, device=device) / rotary_dim
+    )
     freqs = torch.arange(max_pos, dtype=torch.float64, device=device)[:, None] * inv_freq[None, :]
     return torch.cat([freqs.cos(), freqs.sin()], dim=-1).to(dtype)
 
 
-def _rotate_ref(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_size: int) -> torch.Tensor:
+def _rotate_ref(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_size: int
+) -> torch.Tensor:
     n = x.shape[0]
     xh = x.reshape(n, -1, head_size).float()
     half = cos.shape[-1]
@@ -269,7 +292,11 @@ def _rotate_ref(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_size
 
 
 def apply_rotary_emb_ref(
-    positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, head_size: int, cos_sin_cache: torch.Tensor
+    positions: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    head_size: int,
+    cos_sin_cache: torch.Tensor,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Out-of-place torch twin of apply_rotary_emb_."""
     cs = cos_sin_cache[positions.long()].float()

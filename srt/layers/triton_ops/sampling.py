@@ -37,7 +37,9 @@ def _first_max(vals, idxs, none_idx):
 
 
 @triton.jit
-def _store_split_best(BestVal, BestIdx, r, s, lane_best, lane_idx, none_idx, NUM_SPLITS: tl.constexpr):
+def _store_split_best(
+    BestVal, BestIdx, r, s, lane_best, lane_idx, none_idx, NUM_SPLITS: tl.constexpr
+):
     top, first = _first_max(lane_best, lane_idx, none_idx)
     tl.store(BestVal + r * NUM_SPLITS + s, top)
     tl.store(BestIdx + r * NUM_SPLITS + s, first)
@@ -45,7 +47,15 @@ def _store_split_best(BestVal, BestIdx, r, s, lane_best, lane_idx, none_idx, NUM
 
 @triton.jit(do_not_specialize=["vocab", "span"])
 def _race_kernel(
-    Probs, RowHash, BestVal, BestIdx, stride_p, vocab, span, NUM_SPLITS: tl.constexpr, BLOCK: tl.constexpr
+    Probs,
+    RowHash,
+    BestVal,
+    BestIdx,
+    stride_p,
+    vocab,
+    span,
+    NUM_SPLITS: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     r = tl.program_id(0)
     s = tl.program_id(1)
@@ -78,7 +88,9 @@ MAX_BLOCKS_PER_SPLIT = 4
 def race_num_splits(bs: int, vocab: int, block: int, num_sms: int = 132) -> int:
     """Vocabulary splits per row: at least two programs per SM in all and at most
     MAX_BLOCKS_PER_SPLIT blocks per program, but at least one block per split."""
-    want = max(triton.cdiv(2 * num_sms, max(bs, 1)), triton.cdiv(vocab, MAX_BLOCKS_PER_SPLIT * block))
+    want = max(
+        triton.cdiv(2 * num_sms, max(bs, 1)), triton.cdiv(vocab, MAX_BLOCKS_PER_SPLIT * block)
+    )
     return max(1, min(want, triton.cdiv(vocab, block)))
 
 
@@ -87,7 +99,9 @@ def _split_workspace(x: torch.Tensor, block: int):
     (block, splits, span, best_val, best_idx). Splits hold increasing ids, span a multiple of block."""
     bs, vocab = x.shape
     if not x.is_cuda:
-        block = min(block, 128)  # interpreter: keep the multi-block and multi-split paths at test sizes
+        block = min(
+            block, 128
+        )  # interpreter: keep the multi-block and multi-split paths at test sizes
     num_sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 4
     splits = race_num_splits(bs, vocab, block, num_sms)
     span = triton.cdiv(triton.cdiv(vocab, splits), block) * block
@@ -128,7 +142,15 @@ def race_argmax(probs: torch.Tensor, row_hash: torch.Tensor, block: int = 1024) 
 # ------------------------------------------------------------------------------------------ greedy
 @triton.jit(do_not_specialize=["vocab", "span"])
 def _greedy_partial_kernel(
-    Logits, BestVal, BestIdx, stride_l, vocab, span, NUM_SPLITS: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr
+    Logits,
+    BestVal,
+    BestIdx,
+    stride_l,
+    vocab,
+    span,
+    NUM_SPLITS: tl.constexpr,
+    BLOCK: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """Per (row, vocabulary split): the max logit (NaN -> -inf, +inf -> FLT_MAX, as the torch path's
     nan_to_num) and its first index."""

@@ -110,7 +110,10 @@ def has_config(n: int, k: int, m: int) -> bool:
 
 
 def small_m_matmul(
-    x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor] = None, config: Optional[dict] = None
+    x: torch.Tensor,
+    w: torch.Tensor,
+    bias: Optional[torch.Tensor] = None,
+    config: Optional[dict] = None,
 ) -> torch.Tensor:
     """x [M, K] (M <= MAX_M, half precision, rows contiguous in K), w [N, K] contiguous -> [M, N]."""
     m, k = x.shape
@@ -153,11 +156,18 @@ class SkinnyMatmul:
     def __init__(self, all_shapes: bool):
         self.all_shapes = all_shapes
 
-    def __call__(self, x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    def __call__(
+        self, x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor]
+    ) -> Optional[torch.Tensor]:
         m = x.shape[0]
         if m == 1:
             return gemv(x, w, bias)
-        if m == 0 or x.dtype not in (torch.bfloat16, torch.float16) or w.dtype != x.dtype or w.stride(1) != 1:
+        if (
+            m == 0
+            or x.dtype not in (torch.bfloat16, torch.float16)
+            or w.dtype != x.dtype
+            or w.stride(1) != 1
+        ):
             return None
         if self.all_shapes or has_config(w.shape[0], w.shape[1], m):
             return small_m_matmul(x, w, bias)

@@ -27,7 +27,9 @@ class LoadBalancer:
         self.method = method
         self.next = 0
         self.reported: Dict[int, int] = {i: 0 for i in range(n)}
-        self.assigned: Dict[int, int] = {i: 0 for i in range(n)}  # tokens sent since the last report
+        self.assigned: Dict[int, int] = {
+            i: 0 for i in range(n)
+        }  # tokens sent since the last report
 
     def pick(self, req: TokenizedGenerateReqInput) -> int:
         if self.method == "round_robin":
@@ -44,7 +46,9 @@ class LoadBalancer:
         self.assigned[load.dp_rank] = 0
 
 
-def run_data_parallel_controller(server_args: ServerArgs, port_args: PortArgs, replicas: List[PortArgs]) -> None:
+def run_data_parallel_controller(
+    server_args: ServerArgs, port_args: PortArgs, replicas: List[PortArgs]
+) -> None:
     from sglang.srt.utils.process import configure_logger, kill_self_when_parent_dies
 
     configure_logger(server_args.log_level, prefix=" DP")

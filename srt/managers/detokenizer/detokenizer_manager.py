@@ -89,10 +89,23 @@ class IncrementalDetokenizer:
             keep.append(i)
             reason = msg.finished_reasons[i]
             read_ids = st.decode_ids[st.surr_offset :]
-            if reason is not None and not msg.no_stop_trim[i] and isinstance(reason, FinishMatchedToken) and read_ids:
+            if (
+                reason is not None
+                and not msg.no_stop_trim[i]
+                and isinstance(reason, FinishMatchedToken)
+                and read_ids
+            ):
                 read_ids = read_ids[:-1]  # the matched stop token is not part of the text
             surr_ids = st.decode_ids[st.surr_offset : st.read_offset]
-            items.append((st, read_ids, surr_ids, msg.skip_special_tokens[i], msg.spaces_between_special_tokens[i]))
+            items.append(
+                (
+                    st,
+                    read_ids,
+                    surr_ids,
+                    msg.skip_special_tokens[i],
+                    msg.spaces_between_special_tokens[i],
+                )
+            )
         texts = self._decode_all(items)
         out_strs: List[str] = []
         for (st, _, _, _, _), (read_text, surr_text), i in zip(items, texts, keep):
@@ -133,7 +146,9 @@ class IncrementalDetokenizer:
         out: List[Tuple[str, str]] = [("", "")] * len(items)
         for (skip, spaces), idx in groups.items():
             seqs = [items[j][1] for j in idx] + [items[j][2] for j in idx]
-            texts = self.tokenizer.batch_decode(seqs, skip_special_tokens=skip, spaces_between_special_tokens=spaces)
+            texts = self.tokenizer.batch_decode(
+                seqs, skip_special_tokens=skip, spaces_between_special_tokens=spaces
+            )
             n = len(idx)
             for k, j in enumerate(idx):
                 out[j] = (texts[k], texts[n + k])
@@ -162,7 +177,9 @@ def run_detokenizer_process(server_args: ServerArgs, port_args: PortArgs) -> Non
     kill_self_when_parent_dies(cleanup_dir=port_args.ipc_dir)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher shuts us down
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    tokenizer = get_tokenizer(server_args.tokenizer_path or server_args.model_path, server_args.trust_remote_code)
+    tokenizer = get_tokenizer(
+        server_args.tokenizer_path or server_args.model_path, server_args.trust_remote_code
+    )
     ctx = zmq.Context(2)
     recv = make_socket(ctx, zmq.PULL, port_args.detokenizer_ipc_name, True)
     send = make_socket(ctx, zmq.PUSH, port_args.tokenizer_ipc_name, False)

@@ -41,7 +41,9 @@ class InvariantChecker:
         self.num_checks += 1
         problems = []
         if avail + evictable + protected != total:
-            problems.append(f"available {avail} + evictable {evictable} + protected {protected} != total {total}")
+            problems.append(
+                f"available {avail} + evictable {evictable} + protected {protected} != total {total}"
+            )
         if protected != 0:
             problems.append(f"protected {protected} != 0 with no running request")
         if free_rows != p.req_to_token_pool.size:

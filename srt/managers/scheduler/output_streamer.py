@@ -20,7 +20,9 @@ INIT_DETOKENIZE_OFFSET = 5
 
 
 class OutputStreamer:
-    def __init__(self, sock: Optional[zmq.Socket], serializer: str, tokenizer, stream_interval: int):
+    def __init__(
+        self, sock: Optional[zmq.Socket], serializer: str, tokenizer, stream_interval: int
+    ):
         """sock None: nothing is sent (a scheduler driven in-process, as the tests do)."""
         self.sock = sock
         self.serializer = serializer
@@ -84,7 +86,9 @@ class OutputStreamer:
         self._add_logprobs(out, req)
         qt = (req.queue_time_start - req.wait_queue_entry_time) if req.queue_time_start else None
         out.queue_times.append(qt)
-        out.first_token_times.append((req.first_token_time - req.arrival_time) if req.first_token_time else None)
+        out.first_token_times.append(
+            (req.first_token_time - req.arrival_time) if req.first_token_time else None
+        )
 
     def _add_logprobs(self, out: BatchTokenIDOutput, req: Req) -> None:
         if not req.return_logprob:
@@ -105,7 +109,9 @@ class OutputStreamer:
             out.input_top_logprobs.append(None)
         s = req.send_output_logprobs_offset
         out.output_token_logprobs.append(req.output_token_logprobs[s:])
-        out.output_top_logprobs.append(req.output_top_logprobs[s:] if req.top_logprobs_num else None)
+        out.output_top_logprobs.append(
+            req.output_top_logprobs[s:] if req.top_logprobs_num else None
+        )
         req.send_output_logprobs_offset = len(req.output_token_logprobs)
 
 

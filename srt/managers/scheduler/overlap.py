@@ -22,10 +22,14 @@ from sglang.srt.managers.scheduler.loop_profiler import LoopProfiler
 
 
 class FutureMap:
-    def __init__(self, max_running_requests: int, context_len: int, chunked_prefill_size: int, device: str):
+    def __init__(
+        self, max_running_requests: int, context_len: int, chunked_prefill_size: int, device: str
+    ):
         chunks = math.ceil(context_len / max(chunked_prefill_size, 1))
         self.limit = max_running_requests * (3 + chunks)
-        self.buf = torch.zeros(self.limit + 2 * max_running_requests + 1, dtype=torch.int64, device=device)
+        self.buf = torch.zeros(
+            self.limit + 2 * max_running_requests + 1, dtype=torch.int64, device=device
+        )
         self.ct = 0
         self.device = device
 
@@ -60,7 +64,9 @@ class GenerationResult:
 class PendingResult:
     """A launched pass; get() blocks until its sampled ids are on the host."""
 
-    def __init__(self, getter: Callable[[], GenerationResult], device_ids: Optional[torch.Tensor] = None):
+    def __init__(
+        self, getter: Callable[[], GenerationResult], device_ids: Optional[torch.Tensor] = None
+    ):
         self._getter = getter
         self._value: Optional[GenerationResult] = None
         # The sampled ids still on the device: the plain loop's next decode reads them with no copy.
@@ -78,7 +84,9 @@ class HostCopies:
 
     next_token_ids: torch.Tensor
     invalid: Optional[torch.Tensor]
-    next_token_ids_device: torch.Tensor  # the same ids left on the device (the plain loop's next input)
+    next_token_ids_device: (
+        torch.Tensor
+    )  # the same ids left on the device (the plain loop's next input)
     next_token_logprobs: Optional[torch.Tensor] = None
     top_logprobs_val: Optional[torch.Tensor] = None
     top_logprobs_idx: Optional[torch.Tensor] = None
@@ -87,7 +95,9 @@ class HostCopies:
     input_top_logprobs_idx: Optional[torch.Tensor] = None
 
     @classmethod
-    def start(cls, logits_out: LogitsProcessorOutput, sample_out: SampleOutput, return_logprob: bool) -> "HostCopies":
+    def start(
+        cls, logits_out: LogitsProcessorOutput, sample_out: SampleOutput, return_logprob: bool
+    ) -> "HostCopies":
         def cp(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
             if t is None or not t.is_cuda:
                 return t
@@ -134,7 +144,9 @@ class ForwardHandle:
 class BatchLauncher:
     """Runs forward + sample for a ForwardBatch, now (plain loop) or ahead (overlap loop)."""
 
-    def __init__(self, model_runner, future_map: Optional[FutureMap], overlap: bool, prof: LoopProfiler):
+    def __init__(
+        self, model_runner, future_map: Optional[FutureMap], overlap: bool, prof: LoopProfiler
+    ):
         self.prof = prof
         self.runner = model_runner
         self.future_map = future_map
@@ -155,7 +167,11 @@ class BatchLauncher:
         future_indices: Optional[torch.Tensor],
     ) -> PendingResult:
         return self.launch_sample(
-            self.launch_forward(fb), sampling_info, return_logprob, top_logprobs_nums, future_indices
+            self.launch_forward(fb),
+            sampling_info,
+            return_logprob,
+            top_logprobs_nums,
+            future_indices,
         )
 
     def launch_forward(self, fb) -> "ForwardHandle":
@@ -196,13 +212,19 @@ class BatchLauncher:
                 fb.input_ids = self.future_map.resolve(fb.input_ids)
             return self.runner.forward(fb)
 
-    def _sample(self, logits_out, sampling_info, return_logprob, top_logprobs_nums, future_indices) -> HostCopies:
+    def _sample(
+        self, logits_out, sampling_info, return_logprob, top_logprobs_nums, future_indices
+    ) -> HostCopies:
         p = self.prof
         with torch.no_grad():
             with p.phase("c.sample"):
-                sample_out = self.runner.sample(logits_out, sampling_info, return_logprob, top_logprobs_nums)
+                sample_out = self.runner.sample(
+                    logits_out, sampling_info, return_logprob, top_logprobs_nums
+                )
             if self.future_map is not None and future_indices is not None:
-                self.future_map.store(future_indices.to(self.device, non_blocking=True), sample_out.next_token_ids)
+                self.future_map.store(
+                    future_indices.to(self.device, non_blocking=True), sample_out.next_token_ids
+                )
             with p.phase("c.host"):
                 return HostCopies.start(logits_out, sample_out, return_logprob)
 

@@ -57,7 +57,9 @@ class PrefillBuilder:
             return None
         self.policy.calc_priority(state.waiting_queue)
         running = state.running_batch
-        room = min(cfg.max_running_requests - len(running.reqs), pools.req_to_token_pool.available_size())
+        room = min(
+            cfg.max_running_requests - len(running.reqs), pools.req_to_token_pool.available_size()
+        )
         if room <= 0 and state.waiting_queue and self._preempt_for_slot(state.waiting_queue[0]):
             room = 1
         if room <= 0 and state.chunked_req is None:

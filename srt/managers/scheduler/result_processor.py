@@ -41,7 +41,9 @@ class ResultProcessor:
             result = launched.pending.get()
         with self.prof.phase("process"):
             self._process_result(launched, result)
-        self.prof.count("prefill_batches" if launched.forward_mode.is_extend() else "decode_batches")
+        self.prof.count(
+            "prefill_batches" if launched.forward_mode.is_extend() else "decode_batches"
+        )
         self.prof.count("rows", len(launched.reqs))
 
     def _process_result(self, launched: LaunchedBatch, result: GenerationResult) -> None:
@@ -55,7 +57,9 @@ class ResultProcessor:
         finally:
             allocator.free_group_end()
         self.stats.record_forward(launched)
-        self.streamer.stream_output([r for r in launched.reqs if r.status is not ReqStatus.RETRACTED])
+        self.streamer.stream_output(
+            [r for r in launched.reqs if r.status is not ReqStatus.RETRACTED]
+        )
 
     # ------------------------------------------------------------------ prefill / mixed
     def _process_prefill(self, launched, result) -> None:
@@ -93,7 +97,12 @@ class ResultProcessor:
             k = req.top_logprobs_num
             for j in range(off, off + n):
                 req.temp_input_top_logprobs.append(
-                    list(zip(result.input_top_logprobs_val[j][:k], result.input_top_logprobs_idx[j][:k]))
+                    list(
+                        zip(
+                            result.input_top_logprobs_val[j][:k],
+                            result.input_top_logprobs_idx[j][:k],
+                        )
+                    )
                 )
 
     def _finalize_input_logprobs(self, req: Req) -> None:

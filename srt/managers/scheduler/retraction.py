@@ -20,7 +20,13 @@ OOM_MESSAGE = "Out of memory even after retracting all other requests; the KV ca
 
 
 class DecodeUpdater:
-    def __init__(self, state: SchedulerState, ratio: NewTokenRatio, stats: SchedulerStats, streamer: OutputStreamer):
+    def __init__(
+        self,
+        state: SchedulerState,
+        ratio: NewTokenRatio,
+        stats: SchedulerStats,
+        streamer: OutputStreamer,
+    ):
         self.state = state
         self.ratio = ratio
         self.stats = stats

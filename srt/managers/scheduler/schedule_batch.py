@@ -92,8 +92,13 @@ class ScheduleBatch:
     def _alloc_extend_slots(self) -> torch.Tensor:
         if self.page_size == 1:
             return alloc_token_slots(self.tree_cache, self.allocator, sum(self.extend_lens))
-        last = [last_loc_of(self.req_to_token_pool, r.req_pool_idx, p) for r, p in zip(self.reqs, self.prefix_lens)]
-        return alloc_paged(self.tree_cache, self.allocator, self.prefix_lens, last, self.extend_lens)
+        last = [
+            last_loc_of(self.req_to_token_pool, r.req_pool_idx, p)
+            for r, p in zip(self.reqs, self.prefix_lens)
+        ]
+        return alloc_paged(
+            self.tree_cache, self.allocator, self.prefix_lens, last, self.extend_lens
+        )
 
     @staticmethod
     def _account_cached_tokens(r: Req, prefix_len: int, seq_len: int) -> None:
@@ -158,11 +163,15 @@ class ScheduleBatch:
             if len(order) == 1:
                 # Even alone this request cannot grow: abort it rather than loop forever.
                 req = self.reqs[order.pop()]
-                release_kv_cache(req, self.tree_cache, self.req_to_token_pool, self.allocator, is_insert=False)
+                release_kv_cache(
+                    req, self.tree_cache, self.req_to_token_pool, self.allocator, is_insert=False
+                )
                 oom.append(req)
                 break
             req = self.reqs[order.pop()]
-            release_kv_cache(req, self.tree_cache, self.req_to_token_pool, self.allocator, is_insert=False)
+            release_kv_cache(
+                req, self.tree_cache, self.req_to_token_pool, self.allocator, is_insert=False
+            )
             evict_for(self.tree_cache, self.allocator, len(order) * RETRACT_DECODE_STEPS)
             req.reset_for_retract()
             retracted.append(req)
@@ -188,10 +197,14 @@ class ScheduleBatch:
         ]
         self.filter_batch(keep_indices=keep)
 
-    def filter_batch(self, keep_indices: Optional[List[int]] = None, exclude: Optional[List[Req]] = None) -> None:
+    def filter_batch(
+        self, keep_indices: Optional[List[int]] = None, exclude: Optional[List[Req]] = None
+    ) -> None:
         if keep_indices is None:
             ex = {id(r) for r in (exclude or [])}
-            keep_indices = [i for i, r in enumerate(self.reqs) if not r.finished() and id(r) not in ex]
+            keep_indices = [
+                i for i, r in enumerate(self.reqs) if not r.finished() and id(r) not in ex
+            ]
         if len(keep_indices) == len(self.reqs):
             return
         self.reqs = [self.reqs[i] for i in keep_indices]
@@ -212,7 +225,9 @@ class ScheduleBatch:
     def to_forward_batch(self) -> ForwardBatch:
         rows = [r.req_pool_idx for r in self.reqs]
         if self.forward_mode.is_decode():
-            return build_decode_batch(self.output_ids, self.seq_lens, rows, self.out_cache_loc, self.device)
+            return build_decode_batch(
+                self.output_ids, self.seq_lens, rows, self.out_cache_loc, self.device
+            )
         n_ext = len(self.reqs) - len(self.decoding_reqs)
         fb = build_extend_batch(
             self.extend_input_ids + [0] * len(self.decoding_reqs),
@@ -233,7 +248,11 @@ class ScheduleBatch:
             return
         starts, lens, targets = [], [], []
         for i, r in enumerate(self.reqs):
-            s, n, t = _prompt_logprob_span(r, self.prefix_lens[i], self.extend_lens[i]) if i < n_ext else (0, 0, [])
+            s, n, t = (
+                _prompt_logprob_span(r, self.prefix_lens[i], self.extend_lens[i])
+                if i < n_ext
+                else (0, 0, [])
+            )
             r.extend_logprob_start_len = s
             starts.append(s)
             lens.append(n)
@@ -242,7 +261,9 @@ class ScheduleBatch:
         fb.top_logprobs_nums = [r.top_logprobs_num if r.return_logprob else 0 for r in self.reqs]
         fb.extend_logprob_start_lens_cpu = starts
         fb.extend_logprob_lens_cpu = lens
-        fb.extend_input_logprob_token_ids = to_device(torch.tensor(targets, dtype=torch.int64), self.device)
+        fb.extend_input_logprob_token_ids = to_device(
+            torch.tensor(targets, dtype=torch.int64), self.device
+        )
 
 
 def _prompt_logprob_span(r: Req, prefix_len: int, extend_len: int) -> tuple:

@@ -111,7 +111,11 @@ class InBatchPrefixFilter:
         self.shadow = None
 
     def should_wait(self, req: Req) -> bool:
-        if not self.enabled or self.shadow is None or len(req.prefix_indices) > IN_BATCH_CHECK_THRESHOLD:
+        if (
+            not self.enabled
+            or self.shadow is None
+            or len(req.prefix_indices) > IN_BATCH_CHECK_THRESHOLD
+        ):
             return False
         shared = len(self.shadow.match_prefix(req.fill_ids).device_indices)
         return shared >= IN_BATCH_DEPRIORITIZE_THRESHOLD and shared > len(req.prefix_indices)
@@ -156,9 +160,14 @@ class PrefillAdder:
         self.new_token_ratio = new_token_ratio
         self.page_size = page_size
         self.rem_input_tokens = max_prefill_tokens - mixed_decode_tokens
-        self.rem_chunk_tokens = None if chunked_prefill_size is None else chunked_prefill_size - mixed_decode_tokens
+        self.rem_chunk_tokens = (
+            None if chunked_prefill_size is None else chunked_prefill_size - mixed_decode_tokens
+        )
         self.rem_total_token_offset = mixed_decode_tokens + sum(
-            min(max((r.sampling_params.max_new_tokens or 0) - len(r.output_ids), 0), CLIP_MAX_NEW_TOKENS)
+            min(
+                max((r.sampling_params.max_new_tokens or 0) - len(r.output_ids), 0),
+                CLIP_MAX_NEW_TOKENS,
+            )
             * (1.0 if r.sampling_params.ignore_eos else new_token_ratio)
             for r in running_reqs
         )
@@ -184,7 +193,9 @@ class PrefillAdder:
     def budget_state(self) -> AddReqResult:
         if self.rem_total_tokens <= 0 or self.cur_rem_tokens <= 0:
             return AddReqResult.NO_TOKEN
-        if self.rem_input_tokens <= 0 or (self.rem_chunk_tokens is not None and self.rem_chunk_tokens <= 0):
+        if self.rem_input_tokens <= 0 or (
+            self.rem_chunk_tokens is not None and self.rem_chunk_tokens <= 0
+        ):
             return AddReqResult.OTHER
         return AddReqResult.CONTINUE
 
@@ -260,7 +271,9 @@ class PrefillAdder:
             self._update_budget(prefix_len, trunc, 0)
         return self.budget_state()
 
-    def preempt_to_schedule(self, req: Req, running: List[Req], threshold: int, order: PriorityOrder) -> List[Req]:
+    def preempt_to_schedule(
+        self, req: Req, running: List[Req], threshold: int, order: PriorityOrder
+    ) -> List[Req]:
         """Pick running requests of much lower priority to make room for `req` (priority scheduling)."""
         need = req.extend_input_len + self._reserve(req) - self.rem_total_tokens
         victims: List[Req] = []

@@ -66,20 +66,36 @@ class SchedulerSockets:
 
     def __init__(self, sa: ServerArgs, port_args: Optional[PortArgs], tp_rank: int):
         self.ctx = zmq.Context(2)
-        self.recv_from_tokenizer = self.send_to_detokenizer = self.send_to_tokenizer = self.send_load = None
+        self.recv_from_tokenizer = self.send_to_detokenizer = self.send_to_tokenizer = (
+            self.send_load
+        ) = None
         if tp_rank != 0 or port_args is None:
             return
-        self.recv_from_tokenizer = make_socket(self.ctx, zmq.PULL, port_args.scheduler_input_ipc_name, True)
+        self.recv_from_tokenizer = make_socket(
+            self.ctx, zmq.PULL, port_args.scheduler_input_ipc_name, True
+        )
         # Without a tokenizer there is no text to make: outputs go straight to the HTTP process.
-        out = port_args.tokenizer_ipc_name if sa.skip_tokenizer_init else port_args.detokenizer_ipc_name
+        out = (
+            port_args.tokenizer_ipc_name
+            if sa.skip_tokenizer_init
+            else port_args.detokenizer_ipc_name
+        )
         self.send_to_detokenizer = make_socket(self.ctx, zmq.PUSH, out, False)
-        self.send_to_tokenizer = make_socket(self.ctx, zmq.PUSH, port_args.tokenizer_ipc_name, False)
+        self.send_to_tokenizer = make_socket(
+            self.ctx, zmq.PUSH, port_args.tokenizer_ipc_name, False
+        )
         if port_args.dp_load_ipc_name:
             self.send_load = make_socket(self.ctx, zmq.PUSH, port_args.dp_load_ipc_name, False)
 
 
 class Scheduler:
-    def __init__(self, server_args: ServerArgs, port_args: Optional[PortArgs], gpu_id: int = 0, tp_rank: int = 0):
+    def __init__(
+        self,
+        server_args: ServerArgs,
+        port_args: Optional[PortArgs],
+        gpu_id: int = 0,
+        tp_rank: int = 0,
+    ):
         """port_args None: no sockets (the scheduler is driven in-process, as the tests do)."""
         sa = self.server_args = server_args
         self.tp_rank = tp_rank
@@ -98,7 +114,9 @@ class Scheduler:
         )
         self._agree_pool_sizes()
         self.pools = self._make_pools()
-        self.limits = InputLimits.compute(self.model_config.context_len, self.pools.max_total_num_tokens)
+        self.limits = InputLimits.compute(
+            self.model_config.context_len, self.pools.max_total_num_tokens
+        )
         self.chunked_prefill_size = self._chunked_prefill_size()
         self.state = SchedulerState(running_batch=self.pools.new_batch([]))
         self._build_parts(seed)
@@ -139,7 +157,9 @@ class Scheduler:
         if sa.disable_radix_cache:
             from sglang.srt.mem_cache.chunk_cache import ChunkCache
 
-            tree = ChunkCache(mr.req_to_token_pool, mr.token_to_kv_pool_allocator, page_size=sa.page_size)
+            tree = ChunkCache(
+                mr.req_to_token_pool, mr.token_to_kv_pool_allocator, page_size=sa.page_size
+            )
         else:
             from sglang.srt.mem_cache.radix_cache import RadixCache
 
@@ -163,7 +183,9 @@ class Scheduler:
         if sa.chunked_prefill_size is None:
             mem_gb = None
             if self.device == "cuda":
-                mem_gb = torch.cuda.get_device_properties(self.model_runner.gpu_id).total_memory / (1 << 30)
+                mem_gb = torch.cuda.get_device_properties(self.model_runner.gpu_id).total_memory / (
+                    1 << 30
+                )
             chunk = default_chunked_prefill_size(mem_gb)
         else:
             chunk = sa.chunked_prefill_size
@@ -194,7 +216,9 @@ class Scheduler:
             available_mem_gb=mr.sizes.available_mem_gb,
             cuda_graph=mr.graph_runner is not None,
         )
-        self.stats = SchedulerStats(state, pools, self.ratio, numbers, sa.decode_log_interval, self.tp_rank)
+        self.stats = SchedulerStats(
+            state, pools, self.ratio, numbers, sa.decode_log_interval, self.tp_rank
+        )
         if sa.enable_metrics and self.sockets.send_to_tokenizer is not None:
             # /metrics lives in the HTTP process; rank 0 pushes its gauges there.
             self.stats.metrics = SchedulerMetricsReporter(
@@ -203,7 +227,9 @@ class Scheduler:
         self.streamer = OutputStreamer(
             self.sockets.send_to_detokenizer, sa.ipc_serializer, self.tokenizer, sa.stream_interval
         )
-        self.grammar = GrammarQueue(self._grammar_manager(), self.model_config.vocab_size, self.device)
+        self.grammar = GrammarQueue(
+            self._grammar_manager(), self.model_config.vocab_size, self.device
+        )
         self.intake = SchedulerIntake(
             state,
             pools,
@@ -269,7 +295,10 @@ class Scheduler:
         from sglang.srt.constrained.grammar_manager import GrammarManager
 
         backend = make_grammar_backend(
-            self.server_args, self.tokenizer, self.model_config.vocab_size, sorted(self.eos_token_ids)
+            self.server_args,
+            self.tokenizer,
+            self.model_config.vocab_size,
+            sorted(self.eos_token_ids),
         )
         return GrammarManager(backend)
 
@@ -324,7 +353,9 @@ class Scheduler:
     def launch_batch(self, batch: ScheduleBatch) -> LaunchedBatch:
         with self.loop_prof.phase("l.fb"):
             fb = batch.to_forward_batch()
-        n_ext = batch.batch_size() - len(batch.decoding_reqs) if batch.forward_mode.is_extend() else 0
+        n_ext = (
+            batch.batch_size() - len(batch.decoding_reqs) if batch.forward_mode.is_extend() else 0
+        )
         samples = [
             i >= n_ext or len(r.fill_ids) == len(r.origin_input_ids) + len(r.output_ids)
             for i, r in enumerate(batch.reqs)
@@ -342,10 +373,14 @@ class Scheduler:
             while self.state.in_flight:
                 self.results.process_batch_result(self.state.in_flight.popleft())
         with self.loop_prof.phase("l.info"):
-            info = SamplingBatchInfo.from_reqs(batch.reqs, self.model_config.vocab_size, self.device)
+            info = SamplingBatchInfo.from_reqs(
+                batch.reqs, self.model_config.vocab_size, self.device
+            )
             self.grammar.attach_masks(batch, info)
         if delayed:
-            pending = self.launcher.launch_sample(handle, info, batch.return_logprob, top_nums, future)
+            pending = self.launcher.launch_sample(
+                handle, info, batch.return_logprob, top_nums, future
+            )
         else:
             pending = self.launcher.launch(fb, info, batch.return_logprob, top_nums, future)
         if future is not None:
@@ -401,7 +436,9 @@ class Scheduler:
         if not self._is_fully_idle():
             return
         self.ratio.reset()
-        if self.forward_ct:  # the warm-up request is done: later Triton compiles stall real requests
+        if (
+            self.forward_ct
+        ):  # the warm-up request is done: later Triton compiles stall real requests
             jit_watch.mark_serving()
         self.loop_prof.report_if_busy()
         self.invariants.check_idle()
@@ -412,7 +449,11 @@ class Scheduler:
         used, n = self.pools.used_tokens(), len(self.state.rid_to_req)
         if (used, n) != self._last_load:
             self._last_load = (used, n)
-            send_obj(self.sockets.send_load, DPLoad(self.dp_rank, used, n), self.server_args.ipc_serializer)
+            send_obj(
+                self.sockets.send_load,
+                DPLoad(self.dp_rank, used, n),
+                self.server_args.ipc_serializer,
+            )
 
     # ------------------------------------------------------------------ control
     def _answer_control(self, msg: Any) -> Any:
@@ -458,15 +499,24 @@ def _history_sensitive(reqs: List[Req]) -> bool:
     results are processed (its forward still runs meanwhile)."""
     for r in reqs:
         sp = r.sampling_params
-        if r.grammar is not None or sp.frequency_penalty or sp.presence_penalty or sp.repetition_penalty != 1.0:
+        if (
+            r.grammar is not None
+            or sp.frequency_penalty
+            or sp.presence_penalty
+            or sp.repetition_penalty != 1.0
+        ):
             return True
     return False
 
 
-def run_scheduler_process(server_args: ServerArgs, port_args: PortArgs, gpu_id: int, tp_rank: int, pipe_writer) -> None:
+def run_scheduler_process(
+    server_args: ServerArgs, port_args: PortArgs, gpu_id: int, tp_rank: int, pipe_writer
+) -> None:
     from sglang.srt.utils.process import configure_logger, kill_self_when_parent_dies
 
-    configure_logger(server_args.log_level, prefix=f" TP{tp_rank}" if server_args.tp_size > 1 else "")
+    configure_logger(
+        server_args.log_level, prefix=f" TP{tp_rank}" if server_args.tp_size > 1 else ""
+    )
     kill_self_when_parent_dies(cleanup_dir=port_args.ipc_dir)
     faulthandler.enable()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher shuts us down

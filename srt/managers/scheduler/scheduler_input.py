@@ -106,7 +106,9 @@ class SchedulerIntake:
             self.handle_generate_request(obj)
         elif isinstance(obj, AbortReq):
             self.abort_request(obj)
-        elif isinstance(obj, (FlushCacheReqInput, GetInternalStateReq)) and self.control is not None:
+        elif (
+            isinstance(obj, (FlushCacheReqInput, GetInternalStateReq)) and self.control is not None
+        ):
             self._reply(self.control(obj))
         else:
             logger.error("Scheduler got an unknown message %s", type(obj).__name__)
@@ -144,7 +146,9 @@ class SchedulerIntake:
             req.logprob_start_len = -1
         if req.sampling_params.has_grammar():
             if not self.grammar.enabled:
-                self.finish_early(req, "Constrained decoding is disabled on this server.", 400, "BadRequestError")
+                self.finish_early(
+                    req, "Constrained decoding is disabled on this server.", 400, "BadRequestError"
+                )
             else:
                 self.grammar.submit(req)  # queued once compiled (poll_grammar_queue)
             return
@@ -155,7 +159,9 @@ class SchedulerIntake:
         n = len(req.origin_input_ids)
         ps = self.pools.page_size
         max_req_len = min(self.limits.context_len - 1, self.pools.max_total_num_tokens - 1)
-        room = min(max_req_len - n - 1, self.pools.max_total_num_tokens - (n + ps - 1) // ps * ps - ps - 1)
+        room = min(
+            max_req_len - n - 1, self.pools.max_total_num_tokens - (n + ps - 1) // ps * ps - ps - 1
+        )
         want = sp.max_new_tokens if sp.max_new_tokens is not None else 1 << 30
         sp.max_new_tokens = max(0, min(want, room))
         if sp.min_new_tokens > sp.max_new_tokens:
@@ -182,7 +188,9 @@ class SchedulerIntake:
         self.finish_early(victim, msg, 503, "ServiceUnavailable")
         return victim is req
 
-    def finish_early(self, req: Req, message: str, status: Optional[int], err_type: Optional[str]) -> None:
+    def finish_early(
+        self, req: Req, message: str, status: Optional[int], err_type: Optional[str]
+    ) -> None:
         """Finish a request that holds no KV (never admitted, or retracted) and tell the client."""
         req.finish(FinishAbort(message, status, err_type))
         self.state.rid_to_req.pop(req.rid, None)
@@ -197,7 +205,9 @@ class SchedulerIntake:
         return [
             r.rid
             for r in waiting
-            if r.req_pool_idx is None and not r.output_ids and now - r.wait_queue_entry_time > timeout
+            if r.req_pool_idx is None
+            and not r.output_ids
+            and now - r.wait_queue_entry_time > timeout
         ]
 
     def expire_waiting(self, rids: List[str]) -> None:

@@ -25,14 +25,22 @@ class KVPools:
     device: str
 
     def new_batch(self, reqs: List[Req]) -> ScheduleBatch:
-        return ScheduleBatch(reqs, self.req_to_token_pool, self.allocator, self.tree_cache, self.device)
+        return ScheduleBatch(
+            reqs, self.req_to_token_pool, self.allocator, self.tree_cache, self.device
+        )
 
     def release(self, req: Req, is_insert: bool = True) -> None:
         """Return everything a request holds (see mem_cache/common.py)."""
-        release_kv_cache(req, self.tree_cache, self.req_to_token_pool, self.allocator, is_insert=is_insert)
+        release_kv_cache(
+            req, self.tree_cache, self.req_to_token_pool, self.allocator, is_insert=is_insert
+        )
 
     def used_tokens(self) -> int:
-        return self.max_total_num_tokens - self.allocator.available_size() - self.tree_cache.evictable_size()
+        return (
+            self.max_total_num_tokens
+            - self.allocator.available_size()
+            - self.tree_cache.evictable_size()
+        )
 
     def token_usage(self) -> float:
         total = self.max_total_num_tokens
@@ -62,12 +70,18 @@ class SchedulerState:
     waiting_queue: List[Req] = field(default_factory=list)
     chunked_req: Optional[Req] = None  # the request whose prompt is being prefilled in chunks
     last_batch: Optional[ScheduleBatch] = None
-    in_flight: Deque[LaunchedBatch] = field(default_factory=deque)  # launched, results not processed
+    in_flight: Deque[LaunchedBatch] = field(
+        default_factory=deque
+    )  # launched, results not processed
     rid_to_req: Dict[str, Req] = field(default_factory=dict)  # every request not yet finished
 
     def unmerged_prefill(self) -> bool:
         lb = self.last_batch
-        return lb is not None and lb.forward_mode.is_extend() and any(not r.finished() for r in lb.reqs)
+        return (
+            lb is not None
+            and lb.forward_mode.is_extend()
+            and any(not r.finished() for r in lb.reqs)
+        )
 
     def has_work(self) -> bool:
         return bool(

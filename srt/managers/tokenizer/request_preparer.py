@@ -51,7 +51,12 @@ class PreparedReq:
 
 class RequestPreparer:
     def __init__(
-        self, tokenizer: Any, limits: InputLimits, vocab_size: int, max_top_logprobs_num: int, num_workers: int
+        self,
+        tokenizer: Any,
+        limits: InputLimits,
+        vocab_size: int,
+        max_top_logprobs_num: int,
+        num_workers: int,
     ):
         self.tokenizer = tokenizer
         self.limits = limits
@@ -69,7 +74,9 @@ class RequestPreparer:
     def _warm(self, barrier: threading.Barrier) -> None:
         self.thread_tokenizer()
         try:
-            barrier.wait(timeout=60)  # holds each worker until all have started, so each gets one task
+            barrier.wait(
+                timeout=60
+            )  # holds each worker until all have started, so each gets one task
         except threading.BrokenBarrierError:
             pass
 

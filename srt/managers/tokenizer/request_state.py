@@ -100,7 +100,9 @@ class ReqState:
             self._add_logprobs(out, i, meta, tok_text)
         if with_metrics:
             meta["queue_time"] = out.queue_times[i]
-            meta["first_token_latency"] = (self.first_token_time - self.created_time) if self.first_token_time else None
+            meta["first_token_latency"] = (
+                (self.first_token_time - self.created_time) if self.first_token_time else None
+            )
         if finished:
             meta["e2e_latency"] = now - self.created_time
             self.finished = True
@@ -113,7 +115,11 @@ class ReqState:
         return finished
 
     def _add_logprobs(
-        self, out: BatchStrOutput, i: int, meta: Dict[str, Any], tok_text: Callable[[int], Optional[str]]
+        self,
+        out: BatchStrOutput,
+        i: int,
+        meta: Dict[str, Any],
+        tok_text: Callable[[int], Optional[str]],
     ) -> None:
         def entries(pairs: Optional[List[Any]]) -> Optional[List[List[Any]]]:
             if pairs is None:
@@ -125,7 +131,9 @@ class ReqState:
         if out.input_token_logprobs[i]:
             new_input = self.input_token_logprobs = entries(out.input_token_logprobs[i])
             if out.input_top_logprobs[i] is not None:
-                new_input_top = self.input_top_logprobs = [entries(x) for x in out.input_top_logprobs[i]]
+                new_input_top = self.input_top_logprobs = [
+                    entries(x) for x in out.input_top_logprobs[i]
+                ]
         new_out = entries(out.output_token_logprobs[i] or [])
         new_top = [entries(x) for x in (out.output_top_logprobs[i] or [])]
         self.output_token_logprobs.extend(new_out)
@@ -136,9 +144,15 @@ class ReqState:
             if with_top:
                 meta["input_top_logprobs"], meta["output_top_logprobs"] = new_input_top, new_top
         else:
-            meta["input_token_logprobs"], meta["output_token_logprobs"] = self.input_token_logprobs, None
+            meta["input_token_logprobs"], meta["output_token_logprobs"] = (
+                self.input_token_logprobs,
+                None,
+            )
             if with_top:
-                meta["input_top_logprobs"], meta["output_top_logprobs"] = self.input_top_logprobs, None
+                meta["input_top_logprobs"], meta["output_top_logprobs"] = (
+                    self.input_top_logprobs,
+                    None,
+                )
         meta["output_token_logprobs_length"] = len(self.output_token_logprobs)
 
     def _push(self, meta: Dict[str, Any], delta_text: str, delta_ids: List[int]) -> None:
@@ -147,7 +161,9 @@ class ReqState:
         old = self.pending
         if not self.incremental or old is None:
             # Cumulative: the text, ids and per-token lists are read from the state when taken.
-            self.pending = dict(meta, text=delta_text, output_ids=delta_ids) if self.incremental else meta
+            self.pending = (
+                dict(meta, text=delta_text, output_ids=delta_ids) if self.incremental else meta
+            )
             return
         merged = dict(meta, text=old["text"] + delta_text, output_ids=old["output_ids"] + delta_ids)
         for key in _PER_TOKEN_KEYS:

@@ -85,8 +85,12 @@ class TokenizerManager:
         )
         self.rid_to_state: Dict[str, ReqState] = {}
         self.ctx = zmq.asyncio.Context(2)
-        self.recv_from_detokenizer = make_socket(self.ctx, zmq.PULL, port_args.tokenizer_ipc_name, True)
-        self.send_to_scheduler = make_socket(self.ctx, zmq.PUSH, port_args.scheduler_input_ipc_name, False)
+        self.recv_from_detokenizer = make_socket(
+            self.ctx, zmq.PULL, port_args.tokenizer_ipc_name, True
+        )
+        self.send_to_scheduler = make_socket(
+            self.ctx, zmq.PUSH, port_args.scheduler_input_ipc_name, False
+        )
         self._control_waiters: Dict[type, List[asyncio.Future]] = {}
         self._tasks: List[asyncio.Task] = []
         self.dead_message: Optional[str] = None
@@ -100,7 +104,10 @@ class TokenizerManager:
         """Start the receive loop and the stalled-stream sweep on the running event loop (idempotent)."""
         if not self._tasks:
             loop = asyncio.get_running_loop()
-            self._tasks = [loop.create_task(self.handle_loop()), loop.create_task(self._sweep_loop())]
+            self._tasks = [
+                loop.create_task(self.handle_loop()),
+                loop.create_task(self._sweep_loop()),
+            ]
 
     async def _send(self, obj: Any) -> None:
         await self.send_to_scheduler.send(dumps(obj, self.server_args.ipc_serializer))
@@ -110,7 +117,9 @@ class TokenizerManager:
             data = await self.recv_from_detokenizer.recv()
             obj = loads(data, self.server_args.ipc_serializer)
             try:
-                if isinstance(obj, BatchTokenIDOutput):  # --skip-tokenizer-init: ids straight from the scheduler
+                if isinstance(
+                    obj, BatchTokenIDOutput
+                ):  # --skip-tokenizer-init: ids straight from the scheduler
                     obj = _ids_only(obj)
                 if isinstance(obj, BatchStrOutput):
                     await self._handle_batch_output(obj)
@@ -187,7 +196,9 @@ class TokenizerManager:
         )
 
     # ------------------------------------------------------------------ requests
-    async def generate_request(self, obj: GenerateReqInput, request: Any = None) -> AsyncIterator[Any]:
+    async def generate_request(
+        self, obj: GenerateReqInput, request: Any = None
+    ) -> AsyncIterator[Any]:
         """Yields result dicts: chunks then the final one (stream), or one final result (a list for
         batch input). Raises ValueError (-> 400) or GenerateError."""
         received = time.time()  # latency clocks start here, before tokenizing and grammar compiles
@@ -195,7 +206,9 @@ class TokenizerManager:
             raise GenerateError(503, self.dead_message)
         if self.closing_message:
             raise GenerateError(503, self.closing_message)
-        await self.preparer.run(obj.normalize)  # type checks walk every input id: off the event loop too
+        await self.preparer.run(
+            obj.normalize
+        )  # type checks walk every input id: off the event loop too
         if obj.received_time is not None:
             received = min(received, float(obj.received_time))
         limit = self.server_args.max_batch_requests
@@ -221,7 +234,9 @@ class TokenizerManager:
             async for out in self._run_many_stream(expanded, request):
                 yield out
             return
-        results = await asyncio.gather(*[self._collect(p, request) for p in expanded], return_exceptions=True)
+        results = await asyncio.gather(
+            *[self._collect(p, request) for p in expanded], return_exceptions=True
+        )
         for r in results:
             if isinstance(r, BaseException):
                 for p in expanded:
@@ -233,7 +248,9 @@ class TokenizerManager:
         """Check and tokenize every prompt in the pool threads; all are checked before any is sent."""
         loop = asyncio.get_running_loop()
         futs = [
-            loop.run_in_executor(self.preparer.pool, self.preparer.prepare, obj.item(i), obj, received)
+            loop.run_in_executor(
+                self.preparer.pool, self.preparer.prepare, obj.item(i), obj, received
+            )
             for i in range(obj.batch_size)
         ]
         results = await asyncio.gather(*futs, return_exceptions=True)
@@ -265,7 +282,9 @@ class TokenizerManager:
                 continue
             warm_sp = copy.copy(p.sp)
             warm_sp.max_new_tokens = 0
-            warm = dataclasses.replace(p, rid=uuid.uuid4().hex, stream=False, return_logprob=False, sp=warm_sp)
+            warm = dataclasses.replace(
+                p, rid=uuid.uuid4().hex, stream=False, return_logprob=False, sp=warm_sp
+            )
             await self._collect(warm, request)
             for k in range(n):
                 sp = copy.copy(p.sp)
@@ -279,7 +298,9 @@ class TokenizerManager:
         if p.rid in self.rid_to_state:
             raise ValueError(f"Duplicate request ID detected: {p.rid}")
         incremental = p.stream and self.server_args.incremental_streaming_output
-        st = ReqState(p, incremental, watch_consumer and p.stream, created_time=p.received_time or time.time())
+        st = ReqState(
+            p, incremental, watch_consumer and p.stream, created_time=p.received_time or time.time()
+        )
         self.rid_to_state[p.rid] = st
         return st
 
@@ -307,7 +328,9 @@ class TokenizerManager:
             data = dumps(self._tokenized(p), self.server_args.ipc_serializer)
         except Exception as e:  # noqa: BLE001 - whatever the encoder raises, the request must not stay registered
             self.rid_to_state.pop(p.rid, None)
-            raise ValueError(f"The request could not be encoded for the scheduler: {type(e).__name__}: {e}") from None
+            raise ValueError(
+                f"The request could not be encoded for the scheduler: {type(e).__name__}: {e}"
+            ) from None
         except BaseException:
             self.rid_to_state.pop(p.rid, None)
             raise
@@ -377,7 +400,9 @@ class TokenizerManager:
             last = out
         return last
 
-    async def _run_many_stream(self, ps: List[PreparedReq], request: Any) -> AsyncIterator[Dict[str, Any]]:
+    async def _run_many_stream(
+        self, ps: List[PreparedReq], request: Any
+    ) -> AsyncIterator[Dict[str, Any]]:
         queue: asyncio.Queue = asyncio.Queue()
 
         async def pump(i: int, p: PreparedReq) -> None:
@@ -421,7 +446,10 @@ class TokenizerManager:
         for st in self.rid_to_state.values():
             if not st.watch_consumer or st.pending is None:
                 continue
-            if now - st.last_taken > sa.slow_consumer_timeout or st.unread_bytes > sa.max_stream_buffer_bytes:
+            if (
+                now - st.last_taken > sa.slow_consumer_timeout
+                or st.unread_bytes > sa.max_stream_buffer_bytes
+            ):
                 stalled.append(st)
         for st in stalled:
             logger.warning(
@@ -431,7 +459,12 @@ class TokenizerManager:
                 now - st.last_taken,
             )
             await self.abort_request(st.rid)
-            self._fail(st.rid, GenerateError(408, "The client stopped reading the stream; the request was aborted."))
+            self._fail(
+                st.rid,
+                GenerateError(
+                    408, "The client stopped reading the stream; the request was aborted."
+                ),
+            )
         return len(stalled)
 
     # ------------------------------------------------------------------ control
@@ -465,10 +498,14 @@ class TokenizerManager:
     async def flush_cache(self) -> FlushCacheReqOutput:
         outs = await self._control(FlushCacheReqInput(), FlushCacheReqOutput)
         ok = all(o.success for o in outs)
-        return FlushCacheReqOutput(ok, next((o.message for o in outs if o.success != ok), outs[0].message))
+        return FlushCacheReqOutput(
+            ok, next((o.message for o in outs if o.success != ok), outs[0].message)
+        )
 
     async def get_internal_state(self) -> Dict[str, Any]:
-        states = [o.state for o in await self._control(GetInternalStateReq(), GetInternalStateReqOutput)]
+        states = [
+            o.state for o in await self._control(GetInternalStateReq(), GetInternalStateReqOutput)
+        ]
         if len(states) == 1:
             return states[0]
         merged = dict(states[0])

@@ -134,11 +134,15 @@ def _decode_stage1_grouped(
             offs = n0 + offs_n
             mask_n = offs < end
             slot = tl.load(slot_row + offs, mask=mask_n, other=0)
-            if SLOT_INT64:  # only for pools with >= 2^31 elements per buffer: 64-bit math costs registers
+            if (
+                SLOT_INT64
+            ):  # only for pools with >= 2^31 elements per buffer: 64-bit math costs registers
                 slot = slot.to(tl.int64)
             # K^T tile [BLOCK_D, BLOCK_N]; masked lanes are never dereferenced (slot 0 may hold junk).
             k = tl.load(
-                k_base + slot[None, :] * stride_kt + offs_d[:, None], mask=mask_d[:, None] & mask_n[None, :], other=0.0
+                k_base + slot[None, :] * stride_kt + offs_d[:, None],
+                mask=mask_d[:, None] & mask_n[None, :],
+                other=0.0,
             )
             qk = tl.dot(q, k.to(q.dtype), input_precision=DOT_PREC) * sm_scale
             qk = _soft_cap(qk, logit_cap, HAS_CAP)
@@ -153,7 +157,9 @@ def _decode_stage1_grouped(
                 mask=mask_n[:, None] & mask_dv[None, :],
                 other=0.0,
             )
-            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype), input_precision=DOT_PREC)
+            acc = acc * alpha[:, None] + tl.dot(
+                p.to(q.dtype), v.to(q.dtype), input_precision=DOT_PREC
+            )
             m_i = m_new
         # Every row saw at least one unmasked position (start < end), so l_i > 0.
         out = acc / l_i[:, None]
@@ -166,7 +172,11 @@ def _decode_stage1_grouped(
             )
         else:
             tl.store(
-                Mid + b * stride_mb + heads[:, None] * stride_mh + split * stride_ms + offs_dv[None, :],
+                Mid
+                + b * stride_mb
+                + heads[:, None] * stride_mh
+                + split * stride_ms
+                + offs_dv[None, :],
                 out,
                 mask=mask_out,
             )
@@ -218,7 +228,9 @@ def _decode_stage1_per_head(
     b = tl.program_id(0)
     h = tl.program_id(1)
     split = tl.program_id(2)
-    start, end, n_splits = _split_bounds(SeqLens, NumSplits, b, split, MAX_SPLITS)  # before the wait: see above
+    start, end, n_splits = _split_bounds(
+        SeqLens, NumSplits, b, split, MAX_SPLITS
+    )  # before the wait: see above
     slot_row = ReqToToken + tl.load(ReqPoolIdx + b).to(tl.int64) * stride_rt
     pdl_wait(PDL)
     kv_head = h // GROUP
@@ -231,7 +243,9 @@ def _decode_stage1_per_head(
     if start < end:
         k_base = K + kv_head * stride_kh
         v_base = V + kv_head * stride_vh
-        q = tl.load(Q + b * stride_qb + h * stride_qh + offs_d, mask=mask_d, other=0.0).to(tl.float32)
+        q = tl.load(Q + b * stride_qb + h * stride_qh + offs_d, mask=mask_d, other=0.0).to(
+            tl.float32
+        )
         m_i = float("-inf")
         l_i = 0.0
         acc = tl.zeros([BLOCK_DV], tl.float32)
@@ -242,7 +256,9 @@ def _decode_stage1_per_head(
             if SLOT_INT64:
                 slot = slot.to(tl.int64)
             k = tl.load(
-                k_base + slot[:, None] * stride_kt + offs_d[None, :], mask=mask_n[:, None] & mask_d[None, :], other=0.0
+                k_base + slot[:, None] * stride_kt + offs_d[None, :],
+                mask=mask_n[:, None] & mask_d[None, :],
+                other=0.0,
             )
             qk = tl.sum(q[None, :] * k.to(tl.float32), 1) * sm_scale
             qk = _soft_cap(qk, logit_cap, HAS_CAP)
@@ -266,8 +282,15 @@ def _decode_stage1_per_head(
                 mask=mask_dv,
             )
         else:
-            tl.store(Mid + b * stride_mb + h * stride_mh + split * stride_ms + offs_dv, acc / l_i, mask=mask_dv)
-            tl.store(MidLse + b * stride_lb + h * stride_lh + split, (m_i + tl.log2(l_i)) * 0.6931471805599453)
+            tl.store(
+                Mid + b * stride_mb + h * stride_mh + split * stride_ms + offs_dv,
+                acc / l_i,
+                mask=mask_dv,
+            )
+            tl.store(
+                MidLse + b * stride_lb + h * stride_lh + split,
+                (m_i + tl.log2(l_i)) * 0.6931471805599453,
+            )
 
 
 @triton.jit
@@ -333,7 +356,11 @@ def _decode_stage2(
         acc = tl.zeros([BLOCK_DV], tl.float32)
         for s in range(0, n_written):
             lse = tl.load(MidLse + b * stride_lb + h * stride_lh + s)
-            o_s = tl.load(Mid + b * stride_mb + h * stride_mh + s * stride_ms + offs_dv, mask=mask_dv, other=0.0)
+            o_s = tl.load(
+                Mid + b * stride_mb + h * stride_mh + s * stride_ms + offs_dv,
+                mask=mask_dv,
+                other=0.0,
+            )
             acc, e_sum, e_max = _merge_split(acc, e_sum, e_max, lse, o_s)
         tl.store(
             O + b * stride_ob + h * stride_oh + offs_dv,
@@ -379,7 +406,11 @@ def _decode_stage2_blocked(
         e_sum = tl.zeros([BLOCK_HS, 1], tl.float32)
         acc = tl.zeros([BLOCK_HS, BLOCK_DV], tl.float32)
         for s in range(0, n_written):
-            lse = tl.load(MidLse + b * stride_lb + heads[:, None] * stride_lh + s, mask=mask_h[:, None], other=-1e30)
+            lse = tl.load(
+                MidLse + b * stride_lb + heads[:, None] * stride_lh + s,
+                mask=mask_h[:, None],
+                other=-1e30,
+            )
             o_s = tl.load(
                 Mid + b * stride_mb + heads[:, None] * stride_mh + s * stride_ms + offs_dv[None, :],
                 mask=mask,
@@ -459,7 +490,9 @@ def compute_num_kv_splits(
     head_programs = decode_head_programs(num_heads, num_kv_heads)
     lens = seq_lens.to(torch.int64)
     total_work = lens.sum() * head_programs
-    split_len = torch.clamp((total_work + target_programs - 1) // target_programs, min=min_split_len)
+    split_len = torch.clamp(
+        (total_work + target_programs - 1) // target_programs, min=min_split_len
+    )
     n = torch.clamp((lens + split_len - 1) // split_len, min=1, max=max_kv_splits).to(torch.int32)
     if out is None:
         return n
@@ -516,7 +549,9 @@ def decode_attention_fwd(
     block_dv = triton.next_power_of_2(v_dim)
     cfg = dict(_stage1_config(block_d, grouped, q.is_cuda), **(config or {}))
     # 32-bit slot offsets unless a buffer is too large for them (decided from shapes: no sync).
-    slot_int64 = max(k_buffer.shape[0] * k_buffer.stride(0), v_buffer.shape[0] * v_buffer.stride(0)) >= 2**31
+    slot_int64 = (
+        max(k_buffer.shape[0] * k_buffer.stride(0), v_buffer.shape[0] * v_buffer.stride(0)) >= 2**31
+    )
     common = (
         q,
         k_buffer,
@@ -614,7 +649,12 @@ def decode_attention_fwd(
         )
     else:
         _decode_stage2[(bs, num_heads)](
-            *stage2, MAX_SPLITS=max_kv_splits, DV=v_dim, BLOCK_DV=block_dv, num_warps=warps, **pdl_args(q)
+            *stage2,
+            MAX_SPLITS=max_kv_splits,
+            DV=v_dim,
+            BLOCK_DV=block_dv,
+            num_warps=warps,
+            **pdl_args(q),
         )
 
 

@@ -30,7 +30,15 @@ def _soft_cap(x, logit_cap, HAS_CAP: tl.constexpr):
 
 @triton.jit
 def _online_softmax_step(
-    qk, v, m_i, l_i, acc, dot_dtype: tl.constexpr, v_mul, SCALE_V: tl.constexpr, DOT_PREC: tl.constexpr
+    qk,
+    v,
+    m_i,
+    l_i,
+    acc,
+    dot_dtype: tl.constexpr,
+    v_mul,
+    SCALE_V: tl.constexpr,
+    DOT_PREC: tl.constexpr,
 ):
     """Fold one tile of log2-domain logits qk [M, N] (masked entries = -inf) and V [N, DV] into the
     running (max, sum, acc). Rows keep a finite max (they start at -1e30), so no -inf - -inf."""
@@ -120,7 +128,9 @@ def _extend_attention_kernel(
         mask_dv = offs_dv < DV
 
         q = tl.load(
-            q_base + offs_m[:, None] * stride_qt + offs_d[None, :], mask=mask_m[:, None] & mask_d[None, :], other=0.0
+            q_base + offs_m[:, None] * stride_qt + offs_d[None, :],
+            mask=mask_m[:, None] & mask_d[None, :],
+            other=0.0,
         )
         m_i = tl.full([BLOCK_M], -1e30, tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -148,17 +158,29 @@ def _extend_attention_kernel(
                 mask=mask_n[:, None] & mask_dv[None, :],
                 other=0.0,
             )
-            m_i, l_i, acc = _online_softmax_step(qk, v, m_i, l_i, acc, q.dtype, prefix_v_scale, SCALED_PREFIX, DOT_PREC)
+            m_i, l_i, acc = _online_softmax_step(
+                qk, v, m_i, l_i, acc, q.dtype, prefix_v_scale, SCALED_PREFIX, DOT_PREC
+            )
 
         # Phase 2a: new-token keys entirely below this query block: no mask at all.
         full_end = (m_start // BLOCK_N) * BLOCK_N
         for n0 in range(0, full_end, BLOCK_N):
             offs = n0 + offs_n
-            k = tl.load(kx_base + offs[None, :] * stride_kt + offs_d[:, None], mask=mask_d[:, None], other=0.0)
+            k = tl.load(
+                kx_base + offs[None, :] * stride_kt + offs_d[:, None],
+                mask=mask_d[:, None],
+                other=0.0,
+            )
             qk = tl.dot(q, k.to(q.dtype), input_precision=DOT_PREC) * sm_scale
             qk = _soft_cap(qk, logit_cap, HAS_CAP) * 1.4426950408889634
-            v = tl.load(vx_base + offs[:, None] * stride_vt + offs_dv[None, :], mask=mask_dv[None, :], other=0.0)
-            m_i, l_i, acc = _online_softmax_step(qk, v, m_i, l_i, acc, q.dtype, 1.0, False, DOT_PREC)
+            v = tl.load(
+                vx_base + offs[:, None] * stride_vt + offs_dv[None, :],
+                mask=mask_dv[None, :],
+                other=0.0,
+            )
+            m_i, l_i, acc = _online_softmax_step(
+                qk, v, m_i, l_i, acc, q.dtype, 1.0, False, DOT_PREC
+            )
 
         # Phase 2b: the diagonal tiles, causal (key j <= query i) and clipped to the request.
         ext_end = tl.minimum(ext_len, m_start + BLOCK_M)
@@ -166,7 +188,9 @@ def _extend_attention_kernel(
             offs = n0 + offs_n
             mask_n = offs < ext_end
             k = tl.load(
-                kx_base + offs[None, :] * stride_kt + offs_d[:, None], mask=mask_d[:, None] & mask_n[None, :], other=0.0
+                kx_base + offs[None, :] * stride_kt + offs_d[:, None],
+                mask=mask_d[:, None] & mask_n[None, :],
+                other=0.0,
             )
             qk = tl.dot(q, k.to(q.dtype), input_precision=DOT_PREC) * sm_scale
             qk = _soft_cap(qk, logit_cap, HAS_CAP)
@@ -177,7 +201,9 @@ def _extend_attention_kernel(
                 mask=mask_n[:, None] & mask_dv[None, :],
                 other=0.0,
             )
-            m_i, l_i, acc = _online_softmax_step(qk, v, m_i, l_i, acc, q.dtype, 1.0, False, DOT_PREC)
+            m_i, l_i, acc = _online_softmax_step(
+                qk, v, m_i, l_i, acc, q.dtype, 1.0, False, DOT_PREC
+            )
 
         # Valid rows always include their own key, so l_i > 0 there; padded rows are not stored.
         out = acc / l_i[:, None]
@@ -249,8 +275,12 @@ def extend_attention_fwd(
     cfg = dict(_extend_config(block_d, block_dv, q_extend.is_cuda), **(config or {}))
     # Per-request tile offsets are 32-bit: (token within the request) x (row stride) must fit.
     row_stride = max(q_extend.stride(0), k_extend.stride(0), v_extend.stride(0), o_extend.stride(0))
-    assert (max_len_extend + cfg["BLOCK_M"]) * row_stride < 2**31, "extend chunk too long for 32-bit offsets"
-    slot_int64 = max(k_buffer.shape[0] * k_buffer.stride(0), v_buffer.shape[0] * v_buffer.stride(0)) >= 2**31
+    assert (max_len_extend + cfg["BLOCK_M"]) * row_stride < 2**31, (
+        "extend chunk too long for 32-bit offsets"
+    )
+    slot_int64 = (
+        max(k_buffer.shape[0] * k_buffer.stride(0), v_buffer.shape[0] * v_buffer.stride(0)) >= 2**31
+    )
     num_m_blocks = triton.cdiv(max_len_extend, cfg["BLOCK_M"])
     grid = (num_heads, num_m_blocks, bs)
     _extend_attention_kernel[grid](
@@ -318,21 +348,33 @@ def extend_attention_ref(
     """Torch twin of extend_attention_fwd in fp32; returns [N, H, Dv] float32 (per-request loop)."""
     num_tokens, num_heads, _ = q_extend.shape
     group = num_heads // k_extend.shape[1]
-    out = torch.zeros((num_tokens, num_heads, v_extend.shape[2]), dtype=torch.float32, device=q_extend.device)
+    out = torch.zeros(
+        (num_tokens, num_heads, v_extend.shape[2]), dtype=torch.float32, device=q_extend.device
+    )
     for row, n, e, s in zip(
-        req_pool_indices.tolist(), seq_lens.tolist(), extend_seq_lens.tolist(), extend_start_loc.tolist()
+        req_pool_indices.tolist(),
+        seq_lens.tolist(),
+        extend_seq_lens.tolist(),
+        extend_start_loc.tolist(),
     ):
         if e == 0:
             continue
         p = n - e
         slots = req_to_token[row, :p].long()
-        k = torch.cat([k_buffer[slots].float() * k_scale, k_extend[s : s + e].float()]).repeat_interleave(group, dim=1)
-        v = torch.cat([v_buffer[slots].float() * v_scale, v_extend[s : s + e].float()]).repeat_interleave(group, dim=1)
+        k = torch.cat(
+            [k_buffer[slots].float() * k_scale, k_extend[s : s + e].float()]
+        ).repeat_interleave(group, dim=1)
+        v = torch.cat(
+            [v_buffer[slots].float() * v_scale, v_extend[s : s + e].float()]
+        ).repeat_interleave(group, dim=1)
         logits = torch.einsum("mhd,nhd->hmn", q_extend[s : s + e].float(), k) * sm_scale
         if logit_cap > 0:
             logits = logit_cap * torch.tanh(logits / logit_cap)
         # query i (absolute position p + i) sees keys j <= p + i
-        allowed = torch.arange(p + e, device=k.device)[None, :] <= (p + torch.arange(e, device=k.device))[:, None]
+        allowed = (
+            torch.arange(p + e, device=k.device)[None, :]
+            <= (p + torch.arange(e, device=k.device))[:, None]
+        )
         logits = logits.masked_fill(~allowed[None], float("-inf"))
         out[s : s + e] = torch.einsum("hmn,nhd->mhd", torch.softmax(logits, dim=-1), v)
     return out
