@@ -16,10 +16,10 @@ Configs per (N, K, BLOCK_M) come from `benchmark/kernels/bench_small_m.py` (whic
 where the kernel beat cuBLAS); `--skinny-matmul auto` uses the kernel for listed shapes only, and
 `triton` for every shape. SGLANG_SMALL_M_CONFIGS=<json file> adds or replaces entries.
 
-Not on by default: on the H200 (run 8, RESULTS.md) the sweep's best tiles beat cuBLAS by 3-17% per
-matrix in isolation (graph-timed, 16 calls in a row), yet a whole Llama-3-8B decode step got slower
-with them bound (pipelined 6.43 ms vs 6.24 at batch 64, 4.87 vs 4.60 at batch 4), so CONFIGS stays
-empty and auto keeps cuBLAS for 2-64 rows.
+Not on by default: a shape is listed only when the kernel makes the whole decode step faster, not
+just the matmul in isolation (tiles that win alone can lose inside the step, where they compete with
+the other kernels); no shape has passed that test yet, so CONFIGS is empty and auto keeps cuBLAS for
+2-64 rows (benchmark/RESULTS.md has the measurements).
 """
 
 from __future__ import annotations

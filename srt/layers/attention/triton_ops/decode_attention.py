@@ -475,9 +475,9 @@ def compute_num_kv_splits(
     `waves` x num_sms programs: the target split length is total_work / target_programs, never
     below `min_split_len` (a split also pays for a stage-2 read and a partial write). Long requests
     therefore get more splits than short ones, and large batches get 1 split each.
-    waves = 3 from the H200 table of forced split counts (RESULTS.md, run 8; Llama-3-8B heads, ctx
-    528-4096): it picks 1 split from batch 64 on (1 split was fastest or within 1% there; 4 waves
-    gave 2 splits at batch 64, 13% slower at ctx 528), 2 at batch 32 and 4 at batch 16.
+    waves = 3: enough programs to fill the device when a batch is small, few enough that a large
+    batch (64 and up at typical contexts) keeps one split per request, where extra splits only add
+    stage-2 work (benchmark/RESULTS.md has the forced-split tables).
     Pass `out` (a persistent int32 tensor) when capturing a CUDA graph. The Triton backend runs the
     same rule as one kernel (decode_prologue.py); this torch version is its reference and the benches'.
     """
@@ -485,7 +485,7 @@ def compute_num_kv_splits(
         if seq_lens.is_cuda:
             num_sms = torch.cuda.get_device_properties(seq_lens.device).multi_processor_count
         else:
-            num_sms = 132  # H200
+            num_sms = 132  # no device to ask (CPU references): an H100 / H200's count
     target_programs = max(1, num_sms * waves)
     head_programs = decode_head_programs(num_heads, num_kv_heads)
     lens = seq_lens.to(torch.int64)
