@@ -78,7 +78,7 @@ class ResultProcessor:
             if not launched.samples[i]:
                 if req.aborting():  # aborted between chunks
                     req.check_finished()
-                    self._on_finished(req)
+                    self.release_finished(req)
                 continue
             if is_ext and req.return_logprob:
                 self._finalize_input_logprobs(req)
@@ -87,7 +87,7 @@ class ResultProcessor:
             else:
                 self._append_token(req, result, i)
             if req.finished():
-                self._on_finished(req)
+                self.release_finished(req)
 
     def _collect_input_logprobs(self, req: Req, result: GenerationResult, off: int, n: int) -> None:
         if result.input_token_logprobs is None or n == 0:
@@ -126,7 +126,7 @@ class ResultProcessor:
                 continue  # its extra token (overlap loop) is dropped; its KV was released already
             self._append_token(req, result, i)
             if req.finished():
-                self._on_finished(req)
+                self.release_finished(req)
 
     def _append_token(self, req: Req, result, i: int) -> None:
         tok = result.next_token_ids[i]
@@ -145,7 +145,8 @@ class ResultProcessor:
         invalid = bool(result.invalid[i]) if result.invalid else False
         req.check_finished(self.tokenizer, invalid=invalid)
 
-    def _on_finished(self, req: Req) -> None:
+    def release_finished(self, req: Req) -> None:
+        """A finished request gives its KV back (into the tree) and is forgotten."""
         self.pools.release(req)
         self.state.rid_to_req.pop(req.rid, None)
         if self.state.chunked_req is req:

@@ -422,8 +422,7 @@ class Scheduler:
             state.chunked_req = None
         for r in victims:
             r.finish(r.abort_reason)
-            self.pools.release(r)
-            state.rid_to_req.pop(r.rid, None)
+            self.results.release_finished(r)
         if victims:
             state.running_batch.filter_batch()
             self.streamer.stream_output(victims)

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import Dict, Optional
 
+from sglang.srt.core.req import ReqStatus
 from sglang.srt.managers.scheduler.new_token_ratio import NewTokenRatio
 from sglang.srt.managers.scheduler.schedule_policy import PrefillAdder
 from sglang.srt.managers.scheduler.scheduler_state import KVPools, LaunchedBatch, SchedulerState
@@ -64,8 +65,6 @@ class SchedulerStats:
 
     def snapshot(self) -> Dict[str, float]:
         """The values behind metrics/names.SCHEDULER_METRICS."""
-        from sglang.srt.core.req import ReqStatus
-
         total = self.pools.max_total_num_tokens
         waiting = self.state.waiting_queue
         return {
