@@ -31,6 +31,9 @@ def _f(default: Any, help: str, choices: Optional[List[Any]] = None, **kw: Any) 
 ATTENTION_BACKENDS = ["torch_native", "triton"]
 SCHEDULE_POLICIES = ["fcfs", "lpm", "dfs-weight", "lof", "random"]
 EVICTION_POLICIES = ["lru", "lfu", "fifo", "mru", "filo", "priority"]
+# The parsers' own registries (srt/parsers) are checked against these names by the tests.
+TOOL_CALL_PARSERS = ["auto", "qwen", "qwen25", "hermes", "llama3", "mistral"]
+REASONING_PARSERS = ["deepseek-r1", "qwen3", "qwen3-thinking"]
 
 
 @dataclass
@@ -59,6 +62,19 @@ class ServerArgs:
     served_model_name: Optional[str] = _f(None, "Model name shown by the OpenAI routes.")
     chat_template: Optional[str] = _f(
         None, "A Jinja chat template file (or literal template) overriding the tokenizer's."
+    )
+    tool_call_parser: str = _f(
+        "auto",
+        "How tool calls are read out of the chat output (auto: from the chat template's syntax; "
+        "qwen/qwen25/hermes: <tool_call> tags; llama3: JSON after <|python_tag|>; mistral: "
+        "[TOOL_CALLS] [...]).",
+        TOOL_CALL_PARSERS,
+    )
+    reasoning_parser: Optional[str] = _f(
+        None,
+        "Split <think> blocks into reasoning_content on the chat route (deepseek-r1, qwen3, "
+        "qwen3-thinking); unset, thinking stays in content.",
+        REASONING_PARSERS,
     )
     skip_tokenizer_init: bool = _f(False, "Take and return token ids only; no detokenizer text.")
     trust_remote_code: bool = _f(False, "Allow custom code in the tokenizer folder.")
@@ -213,7 +229,11 @@ class ServerArgs:
     log_level: str = _f("info", "Logging level.", ["debug", "info", "warning", "error"])
     log_requests: bool = _f(False, "Log each request's inputs and outputs.")
     enable_metrics: bool = _f(False, "Expose Prometheus /metrics and time stats in meta_info.")
-    enable_cache_report: bool = _f(False, "Report cached prompt tokens in OpenAI usage.")
+    enable_cache_report: bool = _f(
+        False,
+        "Report cached prompt tokens in OpenAI usage, and where each prompt left the cache "
+        "(prompt_break in meta_info and usage.prompt_tokens_details).",
+    )
 
     # ---- process plumbing ----
     ipc_serializer: str = _f("pickle", "Wire format between processes.", ["pickle", "msgpack"])

@@ -53,7 +53,14 @@ def hf_models():
 # ---------------------------------------------------------------------------- servers
 from server_utils import GUARD_KEY, ServerProcess  # noqa: E402
 
-DEFAULT_SERVER_ARGS = ["--max-total-tokens", "20000", "--enable-metrics", "--enable-cache-report"]
+DEFAULT_SERVER_ARGS = [
+    "--max-total-tokens",
+    "20000",
+    "--enable-metrics",
+    "--enable-cache-report",
+    "--reasoning-parser",
+    "qwen3",
+]
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,14 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 LAYERS: List[List[str]] = [
     ["srt.utils"],  # generic helpers that know none of our types
     ["srt.core", "srt.server_args", "srt.configs"],  # plain data: requests, messages, configs
-    ["srt.distributed", "srt.mem_cache", "srt.sampling", "srt.constrained", "srt.metrics"],
+    [
+        "srt.distributed",
+        "srt.mem_cache",
+        "srt.sampling",
+        "srt.constrained",
+        "srt.metrics",
+        "srt.parsers",
+    ],
     ["srt.layers"],
     ["srt.models"],
     ["srt.model_loader"],

@@ -509,8 +509,22 @@ def test_response_format_json_schema(client):
         ("chat/completions", {"messages": [{"role": "wizard", "content": "hi"}]}, "role"),
         (
             "chat/completions",
-            {"messages": MESSAGES, "tools": [{"type": "function", "function": {"name": "f"}}]},
-            "not supported",
+            {"messages": MESSAGES, "tool_choice": "required"},
+            "requires `tools`",
+        ),
+        (
+            "chat/completions",
+            {
+                "messages": MESSAGES,
+                "tools": [{"type": "function", "function": {"name": "f"}}],
+                "tool_choice": {"type": "function", "function": {"name": "g"}},
+            },
+            "not among the tools",
+        ),
+        (
+            "chat/completions",
+            {"messages": MESSAGES, "functions": [{"name": "f"}]},
+            "send `tools`",
         ),
     ],
 )

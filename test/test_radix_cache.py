@@ -151,6 +151,43 @@ def test_extra_key_isolation():
     check_tree_structure(c)
 
 
+def test_cached_continuation_follows_the_most_recent_path():
+    c = RadixCache(None, None)
+    c.insert([1, 2, 3, 4, 5, 6])
+    c.insert([1, 2, 7, 8])  # the newer branch at position 2
+    m = c.match_prefix([1, 2, 9])
+    assert len(m.device_indices) == 2
+    assert c.cached_continuation(m.last_node, None, 8) == [7, 8]
+    c.match_prefix([1, 2, 3, 4])  # touching the older branch makes it the recent one
+    m = c.match_prefix([1, 2, 9])
+    assert c.cached_continuation(m.last_node, None, 3) == [3, 4, 5]
+    assert c.cached_continuation(m.last_node, "other-key", 3) == []
+    assert c.cached_continuation(c.match_prefix([1, 2, 3, 4, 5, 6]).last_node, None, 3) == []
+    assert ChunkCache(None, None).cached_continuation(c.root, None, 3) == []
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    seqs=st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=8), min_size=1, max_size=6),
+    query=st.lists(st.integers(0, 3), max_size=8),
+    limit=st.integers(1, 6),
+)
+def test_cached_continuation_is_a_cached_path_that_leaves_the_query(seqs, query, limit):
+    c = RadixCache(None, None)
+    for s in seqs:
+        c.insert(s)
+    m = c.match_prefix(query)
+    pos = len(m.device_indices)
+    nxt = c.cached_continuation(m.last_node, None, limit)
+    assert len(nxt) <= limit
+    # What it reports was cached: the matched prefix plus it starts some inserted sequence.
+    assert any(s[: pos + len(nxt)] == query[:pos] + nxt for s in seqs)
+    longer = any(len(s) > pos and s[:pos] == query[:pos] for s in seqs)
+    assert bool(nxt) == longer
+    if nxt and pos < len(query):
+        assert nxt[0] != query[pos]  # otherwise the match would have gone on
+
+
 def test_lock_unlock_accounting():
     c = RadixCache(None, None)
     c.insert([1, 2, 3, 4])

@@ -76,6 +76,10 @@ def test_readme_example_runs(lang, code, server_url, tmp_path, smollm_path, hf_m
         assert out.rstrip().endswith("data: [DONE]")
     if "openai.OpenAI" in code or "Engine()" in code or "sgl.function" in code:
         assert "Paris" in out, out
+    if "prompt_break" in code:
+        assert "'cause': 'diverged'" in out and "'after': '7710" in out, out
+    if "tool_choice" in code:
+        assert out.startswith("tool_calls get_weather"), out
     if "export-gguf" in code:
         _check_exported_folder(str(tmp_path / "smollm2-hf"), smollm_path, hf_models)
 

@@ -26,6 +26,7 @@ from sglang.srt.core.finish_reason import (
     FinishMatchedToken,
     FinishReason,
 )
+from sglang.srt.core.prompt_break import PromptBreak
 from sglang.srt.core.sampling_params import SamplingParams
 
 
@@ -86,6 +87,10 @@ class Req:
         # Prefix-cache accounting reported to the client.
         self.cached_tokens = 0
         self.already_computed = 0
+        # --enable-cache-report: where the first prefill left the cache (sent once, then None).
+        self.prompt_break: Optional[PromptBreak] = None
+        self.prompt_break_sent = False
+        self.match_limit = 0  # the longest prefix the last match was allowed to return
 
         # Incremental detokenization of the output tail (for stop strings in the scheduler).
         self.surr_offset: Optional[int] = None
@@ -162,6 +167,7 @@ class Req:
             if self.return_logprob and self.logprob_start_len >= 0:
                 max_prefix = min(max_prefix, self.logprob_start_len)
             max_prefix = max(max_prefix, 0)
+            self.match_limit = max_prefix
             res = tree_cache.match_prefix(self.fill_ids[:max_prefix], extra_key=self.extra_key)
             self.prefix_indices = res.device_indices
             self.last_node = res.last_node

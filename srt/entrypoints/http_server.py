@@ -80,8 +80,14 @@ def create_app(state: ServerState) -> FastAPI:
     _add_native_routes(app, state)
     from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest
     from sglang.srt.entrypoints.openai.routes import add_openai_routes
+    from sglang.srt.entrypoints.parser_routes import (
+        ParseFunctionCallBody,
+        SeparateReasoningBody,
+        add_parser_routes,
+    )
 
     add_openai_routes(app, state)
+    add_parser_routes(app, state)
     if sa.enable_metrics:
         from sglang.srt.entrypoints.metrics_route import add_metrics_route
 
@@ -95,6 +101,8 @@ def create_app(state: ServerState) -> FastAPI:
             DetokenizeBody,
             CompletionRequest,
             ChatCompletionRequest,
+            ParseFunctionCallBody,
+            SeparateReasoningBody,
         ],
     )
     # The last middleware added runs first: the key is checked before any body is read.

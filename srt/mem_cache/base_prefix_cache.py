@@ -45,6 +45,11 @@ class BasePrefixCache(ABC):
     @abstractmethod
     def match_prefix(self, key: List[int], extra_key: Optional[str] = None) -> MatchResult: ...
 
+    def cached_continuation(self, node: Any, extra_key: Optional[str], limit: int) -> List[int]:
+        """Up to `limit` tokens the cache holds right after `node`, along the most recently used
+        path (what an earlier prompt went on with where this one left the cache)."""
+        return []
+
     @abstractmethod
     def insert(
         self,

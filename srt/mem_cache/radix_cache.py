@@ -166,17 +166,28 @@ class RadixCache(BasePrefixCache):
             child = node.children.get(self._child_key(extra_key, key, pos))
             if child is None:
                 break
-            child.last_access_time = now
             n = common_prefix_len(child.key, key, pos, self.page_size)
             split = n < len(child.key)
             if split:
                 child = self._split_node(child, n)
+            # Only the matched part was used: a split-off tail keeps its own age.
+            child.last_access_time = now
             values.append(child.value)
             node, pos = child, pos + n
             if split:
                 break
         indices = torch.cat(values) if values else empty_indices()
         return MatchResult(indices, node)
+
+    def cached_continuation(self, node: Any, extra_key: Optional[str], limit: int) -> List[int]:
+        out: List[int] = []
+        while len(out) < limit:
+            kids = [c for c in node.children.values() if c.extra_key == extra_key and not c.evicted]
+            if not kids:
+                break
+            node = max(kids, key=lambda c: c.last_access_time)
+            out.extend(node.key[: limit - len(out)])
+        return out
 
     def _split_node(self, child: TreeNode, split_len: int) -> TreeNode:
         """Cut `child` after split_len tokens; returns the new upper node (child keeps the rest)."""
@@ -223,11 +234,11 @@ class RadixCache(BasePrefixCache):
             child = node.children.get(self._child_key(extra_key, key, pos))
             if child is None:
                 break
-            child.last_access_time = now
             n = common_prefix_len(child.key, key, pos, self.page_size)
             split = n < len(child.key)
             if split:
                 child = self._split_node(child, n)
+            child.last_access_time = now
             self._touch(child, priority, chunked)
             node, pos = child, pos + n
             if split:

@@ -75,6 +75,8 @@ ITL_BUCKETS = (
     5.0,
     10.0,
 )
+# Tenths of the prompt; 0.0 has its own bucket (nothing cached at all).
+PROMPT_BREAK_BUCKETS = tuple(i / 10 for i in range(11))
 E2E_BUCKETS = (
     0.05,
     0.1,
@@ -172,6 +174,12 @@ class ServerMetricsCollector:
         self.e2e = histogram(
             names.E2E_REQUEST_LATENCY, "Seconds from arrival to the last output.", E2E_BUCKETS
         )
+        self.prompt_break = histogram(
+            names.PROMPT_BREAK_FRACTION,
+            "Where prompts left the prefix cache, as a fraction of the prompt "
+            "(--enable-cache-report): mass near 0 means something early in prompts keeps changing.",
+            PROMPT_BREAK_BUCKETS,
+        )
         self.scheduler = _SchedulerSnapshot(model_name)
         self.registry.register(self.scheduler)
 
@@ -208,6 +216,9 @@ class ServerMetricsCollector:
         e2e = meta.get("e2e_latency")
         if e2e is not None:
             self.e2e.observe(e2e)
+        pb = meta.get("prompt_break")
+        if pb is not None:
+            self.prompt_break.observe(pb["fraction"])
 
     def on_scheduler_metrics(self, values: Dict[str, float]) -> None:
         self.scheduler.update(values)

@@ -19,6 +19,7 @@ NUM_ABORTED_REQUESTS = "sglang:num_aborted_requests"
 TIME_TO_FIRST_TOKEN = "sglang:time_to_first_token_seconds"
 INTER_TOKEN_LATENCY = "sglang:inter_token_latency_seconds"
 E2E_REQUEST_LATENCY = "sglang:e2e_request_latency_seconds"
+PROMPT_BREAK_FRACTION = "sglang:prompt_break_fraction"
 
 MODEL_LABEL = "model_name"
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Dict, List, Optional
 
+from sglang.srt.core.prompt_break import PromptBreak
+
 
 @dataclass(kw_only=True)
 class BatchOutputCommon:
@@ -23,6 +25,8 @@ class BatchOutputCommon:
     input_top_logprobs: List[Optional[List[Any]]] = field(default_factory=list)
     output_token_logprobs: List[Optional[List[Any]]] = field(default_factory=list)
     output_top_logprobs: List[Optional[List[Any]]] = field(default_factory=list)
+    # --enable-cache-report: each request's break, in the first message after its first prefill.
+    prompt_breaks: List[Optional[PromptBreak]] = field(default_factory=list)
     queue_times: List[Optional[float]] = field(default_factory=list)
     first_token_times: List[Optional[float]] = field(default_factory=list)
 

@@ -7,7 +7,7 @@ from typing import Any, Dict, Type
 
 import msgspec
 
-from sglang.srt.core import finish_reason
+from sglang.srt.core import finish_reason, prompt_break
 from sglang.srt.core.io_struct import (
     to_detokenizer,
     to_dp_controller,
@@ -26,6 +26,7 @@ _TYPES: Dict[str, Type] = {
         to_dp_controller,
         to_launcher,
         finish_reason,
+        prompt_break,
     )
     for name, obj in vars(module).items()
     if dataclasses.is_dataclass(obj) and isinstance(obj, type)

@@ -22,6 +22,8 @@ class ChoiceState:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
+    reasoning_tokens: Optional[int] = None  # set by the chat route when it separates reasoning
+    prompt_break: Optional[Dict[str, Any]] = None
 
 
 @dataclass
@@ -35,6 +37,7 @@ class Delta:
     finish_reason: Optional[Dict[str, Any]]
     meta: Dict[str, Any]
     first: bool
+    new_ids: List[int]
 
 
 class Choices:
@@ -66,6 +69,7 @@ class Choices:
         st.prompt_tokens = int(meta.get("prompt_tokens") or 0)
         st.completion_tokens = int(meta.get("completion_tokens") or 0)
         st.cached_tokens = int(meta.get("cached_tokens") or 0)
+        st.prompt_break = meta.get("prompt_break")
 
     def usage(self, cache_report: bool) -> Dict[str, Any]:
         """Prompt tokens count once per prompt (not once per copy); completions count per choice."""
@@ -80,9 +84,21 @@ class Choices:
             "total_tokens": prompt + completion,
         }
         if cache_report:
-            usage["prompt_tokens_details"] = {
+            details: Dict[str, Any] = {
                 "cached_tokens": sum(s.cached_tokens for s in firsts.values())
             }
+            breaks = [s.prompt_break for s in firsts.values() if s.prompt_break is not None]
+            if breaks:
+                # One prompt (every chat request): its break; several: one per prompt, in order.
+                details["prompt_break" if len(firsts) == 1 else "prompt_breaks"] = (
+                    breaks[0] if len(firsts) == 1 else breaks
+                )
+            usage["prompt_tokens_details"] = details
+        reasoning = [
+            s.reasoning_tokens for s in self.by_rid.values() if s.reasoning_tokens is not None
+        ]
+        if reasoning:
+            usage["completion_tokens_details"] = {"reasoning_tokens": sum(reasoning)}
         return usage
 
     def delta(self, out: Dict[str, Any], incremental: bool) -> Delta:
@@ -91,13 +107,14 @@ class Choices:
         meta = out["meta_info"]
         st = self.get(meta["id"])
         text = out.get("text") or ""
+        ids = out.get("output_ids") or []
         if incremental:
-            new_text = text
-            st.seen_tokens += len(out.get("output_ids") or [])
+            new_text, new_ids = text, list(ids)
+            st.seen_tokens += len(ids)
         else:
             # Stop strings are held back by the detokenizer, so cumulative text only ever grows.
-            new_text = text[st.sent_chars :]
-            st.seen_tokens = len(out.get("output_ids") or [])
+            new_text, new_ids = text[st.sent_chars :], list(ids[st.seen_tokens :])
+            st.seen_tokens = len(ids)
         st.sent_chars += len(new_text)
         if incremental:  # the chunk's logprob lists are its own entries, like its text
             lps, top = meta.get("output_token_logprobs"), meta.get("output_top_logprobs")
@@ -107,7 +124,7 @@ class Choices:
         st.sent_tokens = max(st.sent_tokens, st.seen_tokens)
         first = not st.started
         st.started = True
-        return Delta(st, new_text, lps, tops, meta.get("finish_reason"), meta, first)
+        return Delta(st, new_text, lps, tops, meta.get("finish_reason"), meta, first, new_ids)
 
     def iter_results(
         self, results: List[Dict[str, Any]]

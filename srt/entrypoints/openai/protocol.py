@@ -108,10 +108,55 @@ class ContentPart(_Body):
     text: Optional[str] = None
 
 
+# OpenAI's rule for function names; templates and parsers rely on names being plain identifiers.
+_FUNCTION_NAME = r"^[A-Za-z0-9_.\-]{1,64}$"
+MAX_TOOLS = 256
+
+
+class FunctionDefinition(_Body):
+    name: str = Field(pattern=_FUNCTION_NAME)
+    description: Optional[str] = None
+    parameters: Optional[Dict[str, Any]] = None
+    strict: Optional[bool] = None
+
+
+class Tool(_Body):
+    type: Literal["function"] = "function"
+    function: FunctionDefinition
+
+
+class NamedFunction(_Body):
+    name: str
+
+
+class NamedToolChoice(_Body):
+    type: Literal["function"] = "function"
+    function: NamedFunction
+
+
+class ToolCallFunction(_Body):
+    name: str
+    # A JSON string, as OpenAI sends it back; some clients send the object itself.
+    arguments: Optional[Union[str, Dict[str, Any]]] = None
+
+
+class ToolCallItem(_Body):
+    id: Optional[str] = None
+    type: Literal["function"] = "function"
+    function: ToolCallFunction
+    index: Optional[int] = None
+
+
 class ChatMessage(_Body):
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: Optional[Union[str, List[ContentPart]]] = None
     name: Optional[str] = None
+    tool_calls: Optional[List[ToolCallItem]] = None
+    tool_call_id: Optional[str] = None
+    reasoning_content: Optional[str] = None
+
+
+ToolChoiceOption = Union[Literal["none", "auto", "required"], NamedToolChoice]
 
 
 class ChatCompletionRequest(SamplingFields):
@@ -120,16 +165,38 @@ class ChatCompletionRequest(SamplingFields):
     max_completion_tokens: Optional[int] = Field(None, ge=1)
     logprobs: bool = False
     top_logprobs: Optional[int] = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
-    tools: Optional[List[Any]] = None
+    tools: Optional[List[Tool]] = Field(None, max_length=MAX_TOOLS)
+    tool_choice: Optional[ToolChoiceOption] = None
+    parallel_tool_calls: bool = True
     functions: Optional[List[Any]] = None
+    # SGLang's reasoning fields: split <think> text into reasoning_content (with --reasoning-parser),
+    # and stream it as it comes or in one piece once the answer starts.
+    separate_reasoning: bool = True
+    stream_reasoning: bool = True
+    # Extra variables for the chat template (enable_thinking=False for Qwen3, ...).
+    chat_template_kwargs: Optional[Dict[str, Any]] = None
 
-    @field_validator("tools", "functions")
+    @field_validator("functions")
     @classmethod
-    def _no_tool_calls(cls, v: Optional[List[Any]]) -> Optional[List[Any]]:
-        # Ignoring them would answer a tool-calling client with plain text it cannot tell from a refusal.
+    def _no_legacy_functions(cls, v: Optional[List[Any]]) -> Optional[List[Any]]:
         if v:
-            raise ValueError("tool / function calling is not supported by this server")
+            raise ValueError("the deprecated `functions` field is not supported; send `tools`")
         return v
+
+    @field_validator("tools")
+    @classmethod
+    def _unique_names(cls, v: Optional[List[Tool]]) -> Optional[List[Tool]]:
+        names = [t.function.name for t in v or []]
+        dup = next((n for n in names if names.count(n) > 1), None)
+        if dup is not None:
+            raise ValueError(f"two tools are named {dup!r}")
+        return v
+
+    def effective_tool_choice(self) -> Union[str, NamedToolChoice]:
+        """OpenAI's default: `auto` when tools are offered, `none` otherwise."""
+        if self.tool_choice is not None:
+            return self.tool_choice
+        return "auto" if self.tools else "none"
 
     def max_new_tokens(self) -> Optional[int]:
         # max_completion_tokens replaces the deprecated max_tokens; None runs to the context limit.

@@ -29,6 +29,8 @@ _OPTIONAL = (
     "json_schema",
     "structural_tag",
 )
+# Fields that each constrain the whole output; at most one may be set.
+CONSTRAINT_FIELDS = ("json_schema", "regex", "ebnf", "structural_tag")
 _FLAGS = ("ignore_eos", "no_stop_trim", "skip_special_tokens", "spaces_between_special_tokens")
 
 
@@ -52,7 +54,7 @@ def build_sampling_params(req: SamplingFields, max_new_tokens: Optional[int]) ->
         )  # SamplingParams checks ids and the [-100, 100] range
     schema = response_format_schema(req.response_format)
     if schema is not None:
-        if any(sp.get(k) is not None for k in ("json_schema", "regex", "ebnf", "structural_tag")):
+        if any(sp.get(k) is not None for k in CONSTRAINT_FIELDS):
             raise ApiError(
                 400,
                 "response_format cannot be combined with json_schema, regex, ebnf or structural_tag.",

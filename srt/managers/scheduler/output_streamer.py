@@ -83,6 +83,9 @@ class OutputStreamer:
         out.completion_tokens.append(len(req.output_ids))
         out.cached_tokens.append(req.cached_tokens)
         out.retraction_counts.append(req.retraction_count)
+        send_break = req.prompt_break is not None and not req.prompt_break_sent
+        out.prompt_breaks.append(req.prompt_break if send_break else None)
+        req.prompt_break_sent = req.prompt_break_sent or send_break
         self._add_logprobs(out, req)
         qt = (req.queue_time_start - req.wait_queue_entry_time) if req.queue_time_start else None
         out.queue_times.append(qt)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import List, Optional
 
 from sglang.srt.core.req import Req, ReqStatus
+from sglang.srt.managers.scheduler.cache_report import find_prompt_break
 from sglang.srt.managers.scheduler.priority import PriorityOrder
 from sglang.srt.managers.scheduler.schedule_batch import ScheduleBatch
 from sglang.srt.managers.scheduler.schedule_policy import (
@@ -30,6 +31,7 @@ class PrefillConfig:
     mixed_chunk: bool
     priority_scheduling: bool
     preemption_threshold: int
+    cache_report: bool = False
 
 
 class PrefillBuilder:
@@ -90,6 +92,8 @@ class PrefillBuilder:
         admitted = {id(r) for r in adder.can_run_list}
         state.waiting_queue = [r for r in state.waiting_queue if id(r) not in admitted]
         for r in adder.can_run_list:
+            if cfg.cache_report and r.prompt_break is None and not r.was_retracted():
+                r.prompt_break = find_prompt_break(r, pools.tree_cache)
             r.status = ReqStatus.RUNNING
             if r.queue_time_start is None:
                 r.queue_time_start = time.monotonic()

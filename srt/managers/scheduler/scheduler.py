@@ -265,6 +265,7 @@ class Scheduler:
                 mixed_chunk=sa.enable_mixed_chunk,
                 priority_scheduling=sa.enable_priority_scheduling,
                 preemption_threshold=sa.priority_scheduling_preemption_threshold,
+                cache_report=sa.enable_cache_report,
             ),
         )
         self.decode = DecodeUpdater(state, self.ratio, self.stats, self.streamer)

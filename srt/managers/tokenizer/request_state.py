@@ -54,6 +54,7 @@ class ReqState:
     unread_bytes: int = 0
     last_taken: float = field(default_factory=time.monotonic)
     final_meta: Optional[Dict[str, Any]] = None
+    prompt_break: Optional[Dict[str, Any]] = None  # --enable-cache-report, once the scheduler said
     # Timing for metrics.
     first_token_time: Optional[float] = None
     last_chunk_time: Optional[float] = None
@@ -96,6 +97,8 @@ class ReqState:
             "num_retractions": out.retraction_counts[i],
             "weight_version": "default",
         }
+        if self.prompt_break is not None:
+            meta["prompt_break"] = self.prompt_break
         if self.req.return_logprob:
             self._add_logprobs(out, i, meta, tok_text)
         if with_metrics:

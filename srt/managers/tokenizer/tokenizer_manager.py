@@ -42,6 +42,7 @@ from sglang.srt.core.io_struct.to_tokenizer import (
     GetInternalStateReqOutput,
     SchedulerMetrics,
 )
+from sglang.srt.managers.tokenizer.prompt_break_report import describe_prompt_break
 from sglang.srt.managers.tokenizer.request_preparer import PreparedReq, RequestPreparer
 from sglang.srt.managers.tokenizer.request_state import GenerateError, ReqState
 from sglang.srt.server_args import PortArgs, ServerArgs
@@ -160,6 +161,10 @@ class TokenizerManager:
             st = self.rid_to_state.get(rid)
             if st is None:
                 continue  # aborted or already answered
+            pb = out.prompt_breaks[i] if out.prompt_breaks else None
+            if pb is not None:
+                decode = self._decode_ids if self.tokenizer is not None else None
+                st.prompt_break = describe_prompt_break(pb, st.req.input_ids, decode)
             finished = st.apply(out, i, self.server_args.enable_metrics, self._tok_text, on_chunk)
             if finished:
                 del self.rid_to_state[rid]
@@ -179,6 +184,9 @@ class TokenizerManager:
     @functools.lru_cache(maxsize=1 << 16)  # noqa: B019 - one manager per process; ids are a bounded set
     def _tok_text(self, tid: int) -> Optional[str]:
         return self.tokenizer.decode([tid]) if self.tokenizer is not None else None
+
+    def _decode_ids(self, ids: List[int]) -> str:
+        return self.tokenizer.decode(ids)
 
     def _log_finished(self, st: ReqState) -> None:
         if not self.server_args.log_requests or st.req.no_logs:
