@@ -9,7 +9,7 @@ OUT=${OUT:-benchmark/out}
 mkdir -p "$OUT"
 source "$(dirname "$0")/gpu_env.sh"
 # Stages can be picked: STAGES="tests one_batch one_batch_fp8 offline kernels attn_sweep attn_splits gemv small_m
-# variants variants_m host_ab recipes" (default: the first five).
+# variants variants_m host_ab long_ctx recipes" (default: the first five).
 STAGES=${STAGES:-"tests one_batch one_batch_fp8 offline kernels"}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 # At most 8 files come back from $OUT: stages append to a few logs.
@@ -129,6 +129,16 @@ if has attn_splits; then
   # 1/2/3/4/8 splits at ctx 528-4096 and bs 16-128 next to what the split heuristic picks.
   stage bench_attention 200 python3 benchmark/kernels/bench_attention.py --only decode --sweep \
     --sweep-ctx 528 1024 2048 4096 --sweep-bs 64 --sweep-config-splits 1 --no-extend-sweep
+fi
+if has long_ctx; then
+  # Decode over batch x context and chunked long prefills against their floors (issue 23), with the
+  # HF static-cache peer at LONG_HF cells; LONG_KV=fp8_e4m3 for the fp8-KV table.
+  LONG=(--model-config llama3.1-8b --batch-size 1 8 64 256 --context 512 4096 32768 131072
+        --prefill 8192 32768 131072 --steps 16 --bw 4.21e12 --flops 7.8e14)
+  [[ ${SMOKE:-0} == 1 ]] && LONG=(--model-config tiny-llama --batch-size 1 4 --context 64 512
+        --prefill 256 --chunk 64 --steps 4 --max-total-tokens 8192)
+  stage long_ctx ${LONG_LIMIT:-420} python3 benchmark/bench_long_context.py "${LONG[@]}" \
+    --hf-cells ${LONG_HF:-} --kv-cache-dtype ${LONG_KV:-auto} --result-file "$OUT/long_ctx.jsonl"
 fi
 if has recipes; then
   # Serving recipes through real servers (benchmark/gpu_recipes.sh; carry .tok too). Servers in

@@ -34,6 +34,19 @@ _LLAMA3_8B: Dict[str, Any] = dict(
     torch_dtype="bfloat16",
 )
 
+# Llama-3.1-8B: the same shape with a 128k context (llama3 rope scaling).
+_LLAMA31_8B: Dict[str, Any] = dict(
+    _LLAMA3_8B,
+    max_position_embeddings=131072,
+    rope_scaling=dict(
+        rope_type="llama3",
+        factor=8.0,
+        low_freq_factor=1.0,
+        high_freq_factor=4.0,
+        original_max_position_embeddings=8192,
+    ),
+)
+
 _QWEN3_06B: Dict[str, Any] = dict(
     architectures=["Qwen3ForCausalLM"],
     model_type="qwen3",
@@ -66,6 +79,7 @@ _QWEN3_8B: Dict[str, Any] = dict(
 
 MODEL_CONFIGS: Dict[str, Dict[str, Any]] = {
     "llama3-8b": _LLAMA3_8B,
+    "llama3.1-8b": _LLAMA31_8B,
     "qwen3-0.6b": _QWEN3_06B,
     "qwen3-8b": _QWEN3_8B,
     # CPU-sized shapes with the same structure (GQA, rope, tied / untied heads).

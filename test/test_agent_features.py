@@ -69,7 +69,7 @@ def _stream_calls(stream):
 )
 def test_enforced_tool_choice_gives_a_call_that_validates(client, choice):
     r = client.chat.completions.create(
-        model="default", messages=ASK, tools=TOOLS, tool_choice=choice, max_tokens=120
+        model="default", messages=ASK, tools=TOOLS, tool_choice=choice, max_tokens=60, temperature=0
     )
     c = r.choices[0]
     assert c.finish_reason == "tool_calls" and c.message.content is None
@@ -92,7 +92,7 @@ def test_enforced_call_streams_name_first_then_argument_deltas(client):
         messages=ASK,
         tools=TOOLS,
         tool_choice={"type": "function", "function": {"name": "get_weather"}},
-        max_tokens=120,
+        max_tokens=60,
         temperature=0,
     )
     whole = client.chat.completions.create(**kw).choices[0].message.tool_calls[0]
@@ -109,7 +109,8 @@ def test_parallel_tool_calls_false_allows_one_call(client):
         tools=TOOLS,
         tool_choice="required",
         parallel_tool_calls=False,
-        max_tokens=120,
+        max_tokens=60,
+        temperature=0,
     )
     assert len(r.choices[0].message.tool_calls) == 1
 
@@ -118,7 +119,7 @@ def test_parallel_tool_calls_false_allows_one_call(client):
 # The default model's template shows no tool syntax, so `auto` reads the Hermes format that the
 # server's tool prompt asks for. The output is forced with a regex so the test does not depend on
 # what a 135M model chooses to say.
-FORCED = 'Checking.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>'
+FORCED = 'Sure.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 
 
 def test_auto_parses_a_call_out_of_the_answer(client):
@@ -126,27 +127,28 @@ def test_auto_parses_a_call_out_of_the_answer(client):
     extra = {"regex": re.escape(FORCED)}
     r = client.chat.completions.create(extra_body=extra, **kw)
     c = r.choices[0]
-    assert c.finish_reason == "tool_calls" and c.message.content == "Checking."
+    assert c.finish_reason == "tool_calls" and c.message.content == "Sure."
     [call] = c.message.tool_calls
     assert call.function.name == "get_weather"
-    assert json.loads(call.function.arguments) == {"city": "Paris", "unit": "celsius"}
+    assert json.loads(call.function.arguments) == {"city": "Paris"}
     content, calls, finish = _stream_calls(
         client.chat.completions.create(stream=True, extra_body=extra, **kw)
     )
-    assert content == "Checking." and finish == "tool_calls"
-    assert [(n, json.loads(a)) for n, a in calls.values()] == [
-        ("get_weather", {"city": "Paris", "unit": "celsius"})
-    ]
+    assert content == "Sure." and finish == "tool_calls"
+    assert [(n, json.loads(a)) for n, a in calls.values()] == [("get_weather", {"city": "Paris"})]
 
 
-def test_tool_choice_none_and_no_tools_leave_the_text_alone(client):
-    extra = {"regex": re.escape(FORCED)}
-    for kw in ({"tools": TOOLS, "tool_choice": "none"}, {}):
-        r = client.chat.completions.create(
-            model="default", messages=ASK, max_tokens=80, extra_body=extra, **kw
-        )
-        assert r.choices[0].message.content == FORCED and not r.choices[0].message.tool_calls
-        assert r.choices[0].finish_reason == "stop"
+def test_tool_choice_none_leaves_the_text_alone(client):
+    r = client.chat.completions.create(
+        model="default",
+        messages=ASK,
+        tools=TOOLS,
+        tool_choice="none",
+        max_tokens=80,
+        extra_body={"regex": re.escape(FORCED)},
+    )
+    assert r.choices[0].message.content == FORCED and not r.choices[0].message.tool_calls
+    assert r.choices[0].finish_reason == "stop"
 
 
 def test_tool_result_is_rendered_on_the_next_turn(client, server_url, tok):
@@ -169,7 +171,7 @@ def test_tool_result_is_rendered_on_the_next_turn(client, server_url, tok):
     req = ChatCompletionRequest.model_validate({"messages": history, "tools": TOOLS})
     prompt = render_chat_prompt(tok, req.messages, tools=req.tools)
     assert "<|im_start|>tool\n18 degrees and sunny<|im_end|>" in prompt.text
-    assert '"arguments": {"city": "Paris", "unit": "celsius"}' in prompt.text
+    assert '"arguments": {"city": "Paris"}' in prompt.text
     assert second.usage.prompt_tokens == len(prompt.input_ids)
 
 
@@ -199,7 +201,7 @@ def test_parse_function_call_route_reads_each_format(server_url, parser, text):
 
 
 # ---------------------------------------------------------------------------- reasoning
-THOUGHT = "<think>\nThe user wants 2+2. That is 4.\n</think>\n\nThe answer is 4."
+THOUGHT = "<think>\n2+2 is 4.\n</think>\n\nIt is 4."
 
 
 def test_think_block_goes_to_reasoning_content(client):
@@ -207,8 +209,8 @@ def test_think_block_goes_to_reasoning_content(client):
     extra = {"regex": re.escape(THOUGHT)}
     r = client.chat.completions.create(extra_body=extra, logprobs=True, **kw)
     m = r.choices[0].message
-    assert m.reasoning_content == "\nThe user wants 2+2. That is 4.\n"
-    assert m.content == "The answer is 4."
+    assert m.reasoning_content == "\n2+2 is 4.\n"
+    assert m.content == "It is 4."
     # Thinking ran up to the output token that completes </think>.
     pieces = [t.token for t in r.choices[0].logprobs.content]
     end = next(k for k in range(1, len(pieces) + 1) if "</think>" in "".join(pieces[:k]))

@@ -87,3 +87,38 @@ def test_bench_offline_throughput_cpu(tmp_path, capsys) -> None:
     assert on["overlap"] and not off["overlap"]
     gpu_summary.main(str(tmp_path))
     assert "overlap off" in capsys.readouterr().out
+
+
+def test_bench_long_context_cpu(tmp_path) -> None:
+    import bench_long_context
+
+    out = tmp_path / "long.jsonl"
+    s = bench_long_context.main(
+        "--model-config tiny-llama --batch-size 1 4 --context 64 3000 --prefill 200 --chunk 64 "
+        f"--steps 3 --max-total-tokens 4096 --hf-cells 1x64 --result-file {out}".split()
+    )
+    cells = {(c["batch_size"], c["context"]): c for c in s["decode"]}
+    assert cells[(1, 3000)]["fits"] and not cells[(4, 3000)]["fits"]  # 12,000 tokens > the pool
+    assert all(c["ratio"] > 0 for c in s["decode"] if c["fits"])
+    assert cells[(1, 64)]["hf_step_s"] > 0
+    assert s["prefill"][0]["ratio"] > 0 and json.loads(out.read_text())["chunk"] == 64
+
+
+def test_chunked_prefill_matches_one_pass() -> None:
+    """StaticBatch.prefill_chunked (the long-prefill bench's path) gives the one-pass logits."""
+    import torch
+    from bench_one_batch import make_runner, parse_args
+    from model_configs import write_model_config
+
+    args = parse_args("--model-config tiny-llama --max-total-tokens 2048 --device cpu".split())
+    runner = make_runner(args, write_model_config("tiny-llama"), 2, 300)
+    from sglang.srt.model_executor.static_batch import StaticBatch
+
+    prompt = torch.randint(3, 500, (150,), generator=torch.Generator().manual_seed(0)).tolist()
+    sb = StaticBatch(runner)
+    with torch.no_grad():
+        whole = sb.prefill([prompt]).next_token_logits.clone()
+        sb.release()
+        chunked = sb.prefill_chunked(prompt, 64).next_token_logits
+        sb.release()
+    torch.testing.assert_close(chunked, whole, rtol=1e-4, atol=1e-4)

@@ -211,7 +211,13 @@ def test_tool_call_schema_accepts_calls_and_refuses_others():
     schema = tool_call_schema(TOOLS)
     jsonschema.validate([{"name": "get_weather", "parameters": {"city": "Oslo"}}], schema)
     jsonschema.validate([{"name": "get_time", "parameters": {}}] * 2, schema)
-    for bad in ([], [{"name": "nope", "parameters": {}}], [{"name": "get_time"}]):
+    bad_calls = (
+        [],
+        [{"name": "nope", "parameters": {}}],
+        [{"name": "get_time"}],
+        [{"name": "get_time", "parameters": {"x": 1}}],  # no parameters schema: no arguments
+    )
+    for bad in bad_calls:
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(bad, schema)
     one = tool_call_schema(TOOLS, only="get_time")

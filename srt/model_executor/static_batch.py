@@ -68,6 +68,34 @@ class StaticBatch:
             next_token_logits=torch.cat([o.next_token_logits for o in outs])
         )
 
+    def prefill_chunked(self, prompt: List[int], chunk: int) -> LogitsProcessorOutput:
+        """One prompt in passes of at most `chunk` tokens, each attending to the KV of the ones
+        before, as the scheduler's chunked prefill runs a long prompt."""
+        r = self.runner
+        rows = r.req_to_token_pool.alloc(1)
+        assert rows is not None, "not enough request rows"
+        out = None
+        for lo in range(0, len(prompt), chunk):
+            ids = prompt[lo : lo + chunk]
+            loc = r.token_to_kv_pool_allocator.alloc(len(ids))
+            assert loc is not None, "KV pool exhausted"
+            r.req_to_token_pool.write(rows[0], lo, loc)
+            out = r.forward(build_extend_batch(ids, [lo], [len(ids)], rows, loc, r.device))
+        self.rows, self.lens = rows, [len(prompt)]
+        return out
+
+    def occupy(self, lens: List[int]) -> None:
+        """Rows and KV slots for requests of these lengths, without computing their KV: decode
+        timing at long contexts needs the memory traffic of the cache, not its values."""
+        r = self.runner
+        rows = r.req_to_token_pool.alloc(len(lens))
+        assert rows is not None, "not enough request rows"
+        for row, n in zip(rows, lens):
+            loc = r.token_to_kv_pool_allocator.alloc(n)
+            assert loc is not None, "KV pool exhausted"
+            r.req_to_token_pool.write(row, 0, loc)
+        self.rows, self.lens = rows, list(lens)
+
     def decode(self, next_ids: Union[List[int], torch.Tensor]) -> LogitsProcessorOutput:
         """One decode step. next_ids may be a device tensor (e.g. the sampler's output), so a benchmark
         loop never waits for the host. Under CUDA graphs the returned logits are valid until the next

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-# A function without a parameters schema takes an object of any shape.
-_ANY_OBJECT: Dict[str, Any] = {"type": "object"}
+# OpenAI: a function without `parameters` takes none, so its arguments are the empty object.
+_NO_ARGUMENTS: Dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
 
 
 def _call_schema(name: str, parameters: Optional[Dict[str, Any]]) -> Dict[str, Any]:
@@ -19,7 +19,7 @@ def _call_schema(name: str, parameters: Optional[Dict[str, Any]]) -> Dict[str, A
         "type": "object",
         "properties": {
             "name": {"type": "string", "enum": [name]},
-            "parameters": parameters if parameters else _ANY_OBJECT,
+            "parameters": parameters if parameters else _NO_ARGUMENTS,
         },
         "required": ["name", "parameters"],
         "additionalProperties": False,
