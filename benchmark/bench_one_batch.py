@@ -154,6 +154,7 @@ def make_runner(args, model_path: str, max_bs: int, max_len: int):
         dtype=args.dtype,
         device=args.device,
         kv_cache_dtype=args.kv_cache_dtype,
+        quantization=args.quantization,
         mem_fraction_static=args.mem_fraction_static,
         max_total_tokens=args.max_total_tokens,
         max_running_requests=max_bs,
@@ -506,6 +507,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--dtype", default="auto")
     p.add_argument("--kv-cache-dtype", default="auto")
+    p.add_argument("--quantization", default=None, choices=[None, "fp8"])
     p.add_argument("--attention-backend", default=None)
     p.add_argument("--mem-fraction-static", type=float, default=None)
     p.add_argument("--max-total-tokens", type=int, default=None)
@@ -665,7 +667,7 @@ def report(
     floor = facts.weight_bytes / bw
     print()
     print(
-        f"model {name} ({args.load_format}), device {device}"
+        f"model {name} ({args.load_format}{', ' + runner.quantization_name() if runner.quantization else ''}), device {device}"
         + (f" ({torch.cuda.get_device_name()})" if device == "cuda" else "")
         + f", dtype {runner.dtype}, kv {runner.kv_dtype}, max_total_num_tokens {runner.max_total_num_tokens}"
     )
@@ -728,6 +730,7 @@ def report(
         bandwidth=bw,
         matmul_flops=flops,
         weight_bytes=facts.weight_bytes,
+        quantization=runner.quantization_name(),
         max_total_num_tokens=runner.max_total_num_tokens,
         kv_dtype=str(runner.kv_dtype),
         cuda_graph=runner.graph_runner is not None,

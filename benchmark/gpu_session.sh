@@ -9,7 +9,7 @@ OUT=${OUT:-benchmark/out}
 mkdir -p "$OUT"
 source "$(dirname "$0")/gpu_env.sh"
 # Stages can be picked: STAGES="tests one_batch one_batch_fp8 offline kernels attn_sweep attn_splits gemv small_m
-# variants variants_m host_ab long_ctx recipes" (default: the first five).
+# variants variants_m host_ab long_ctx fp8 recipes" (default: the first five).
 STAGES=${STAGES:-"tests one_batch one_batch_fp8 offline kernels"}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 # At most 8 files come back from $OUT: stages append to a few logs.
@@ -107,6 +107,14 @@ if has one_batch_fp8; then
   # fp8 KV: bytes per token halved (pool twice the tokens), KV reads halved at large batch.
   stage one_batch 120 python3 benchmark/bench_one_batch.py "${ONE[@]}" --kv-cache-dtype fp8_e4m3 \
     --result-file "$OUT/one_batch.jsonl" --tag fp8_kv
+fi
+if has fp8; then
+  # FP8 weights (--quantization fp8, per-channel, online from the dummy bf16 weights): the decode step
+  # against its own floor (half the weight bytes), with bf16 and fp8 KV; pool tokens in the JSON.
+  stage one_batch 150 python3 benchmark/bench_one_batch.py "${ONE[@]}" --quantization fp8 \
+    --result-file "$OUT/one_batch.jsonl" --tag fp8_w
+  stage one_batch 150 python3 benchmark/bench_one_batch.py "${ONE[@]}" --quantization fp8 \
+    --kv-cache-dtype fp8_e4m3 --result-file "$OUT/one_batch.jsonl" --tag fp8_w_kv
 fi
 if has offline; then
   for mode in on off; do

@@ -53,6 +53,13 @@ class ServerArgs:
         "Weight and activation dtype (auto: the checkpoint's on GPU, float32 on CPU).",
         ["auto", "bfloat16", "float16", "float32"],
     )
+    quantization: Optional[str] = _f(
+        None,
+        "Weight quantization: fp8 stores the linear layers' weights as float8_e4m3fn with per-channel "
+        "scales (online, from a bf16/fp16/fp32 checkpoint). FP8 checkpoints (quantization_config "
+        "quant_method fp8) are detected without this flag.",
+        ["fp8"],
+    )
     kv_cache_dtype: str = _f(
         "auto",
         "KV cache dtype; fp8_e4m3 halves bytes per token.",

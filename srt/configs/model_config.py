@@ -42,6 +42,8 @@ class ModelConfig:
     tokenizer_path: str = ""
     is_gguf: bool = False
     context_len: int = 0
+    # config.json's quantization_config (FP8 checkpoints: quant_method, weight_block_size, ...).
+    quantization_config: Optional[Dict[str, Any]] = None
 
     @property
     def model_type(self) -> str:
@@ -129,6 +131,7 @@ def _from_hf_dict(d: Dict[str, Any]) -> ModelConfig:
         torch_dtype=str(d.get("torch_dtype") or d.get("dtype") or "") or None,
         eos_token_ids=eos_ids,
         bos_token_id=d.get("bos_token_id"),
+        quantization_config=d.get("quantization_config") or None,
     )
 
 

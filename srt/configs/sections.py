@@ -24,6 +24,7 @@ class ModelSection:
     skinny_matmul: str
     disable_pdl: bool
     cublas_workspace_kib: int
+    quantization: Optional[str] = None
 
     @staticmethod
     def of(sa: ServerArgs) -> "ModelSection":
@@ -38,6 +39,7 @@ class ModelSection:
             skinny_matmul=sa.skinny_matmul,
             disable_pdl=sa.disable_pdl,
             cublas_workspace_kib=sa.cublas_workspace_kib,
+            quantization=sa.quantization,
         )
 
 

@@ -6,11 +6,16 @@ column-parallel layers whose weight loaders place each HF shard (q, k, v / gate,
 of the merged matrix, taking only this rank's part.
 
 Parameters are allocated uninitialised: the loader (or the dummy initialiser) fills them.
+
+Where a checkpoint shard lands is one rule per layer (`placement`: the dimension, the offset in this
+rank's matrix, the size, and where this rank's part starts in the shard), so weights and their
+block scales (quantization/fp8.py) are sliced alike. A layer with a `quant_method` hands its matmul
+to it (FP8 weights); without one it is a plain matmul.
 """
 
 from __future__ import annotations
 
-from typing import List, Optional, Union
+from typing import Any, List, NamedTuple, Optional, Union
 
 import torch
 import torch.nn.functional as F
@@ -44,6 +49,41 @@ def linear(
     return F.linear(x, weight, bias)
 
 
+class Placement(NamedTuple):
+    """Rows (dim 0) or columns (dim 1) [dst, dst + size) of this rank's matrix come from
+    [src, src + size) of the checkpoint shard along the same dimension."""
+
+    dim: int
+    dst: int
+    size: int
+    src: int
+
+
+def load_placed(param: torch.Tensor, loaded: torch.Tensor, where: Placement) -> None:
+    param.data.narrow(where.dim, where.dst, where.size).copy_(
+        loaded.narrow(where.dim, where.src, where.size)
+    )
+
+
+class LinearBase(nn.Module):
+    """What the layers share: their shard placement and an optional quantized matmul."""
+
+    quant_method: Any = None
+
+    def placement(self, shard_id: Optional[Union[str, int]] = None) -> Placement:
+        raise NotImplementedError
+
+    def weight_loader(
+        self, param: nn.Parameter, loaded: torch.Tensor, shard_id: Optional[Union[str, int]] = None
+    ) -> None:
+        load_placed(param, loaded, self.placement(shard_id))
+
+    def matmul(self, x: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+        if self.quant_method is not None:
+            return self.quant_method.apply(self, x, bias)
+        return linear(x, self.weight, bias)
+
+
 def _param(*shape: int) -> nn.Parameter:
     return nn.Parameter(torch.empty(*shape), requires_grad=False)
 
@@ -54,7 +94,7 @@ def _divide(a: int, b: int) -> int:
     return a // b
 
 
-class ColumnParallelLinear(nn.Module):
+class ColumnParallelLinear(LinearBase):
     def __init__(
         self, input_size: int, output_size: int, bias: bool = False, gather_output: bool = False
     ):
@@ -69,14 +109,12 @@ class ColumnParallelLinear(nn.Module):
             self.bias.weight_loader = self.weight_loader
         assert not gather_output, "gathering column outputs is not needed by our models"
 
-    def weight_loader(
-        self, param: nn.Parameter, loaded: torch.Tensor, shard_id: Optional[Union[str, int]] = None
-    ) -> None:
+    def placement(self, shard_id: Optional[Union[str, int]] = None) -> Placement:
         n = self.output_size_per_rank
-        param.data.copy_(loaded.narrow(0, self.tp_rank * n, n))
+        return Placement(0, 0, n, self.tp_rank * n)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return linear(x, self.weight, self.bias)
+        return self.matmul(x, self.bias)
 
 
 class MergedColumnParallelLinear(ColumnParallelLinear):
@@ -86,13 +124,11 @@ class MergedColumnParallelLinear(ColumnParallelLinear):
         super().__init__(input_size, sum(output_sizes), bias)
         self.output_sizes = output_sizes
 
-    def weight_loader(
-        self, param: nn.Parameter, loaded: torch.Tensor, shard_id: Optional[Union[str, int]] = None
-    ) -> None:
+    def placement(self, shard_id: Optional[Union[str, int]] = None) -> Placement:
         assert isinstance(shard_id, int)
         size = _divide(self.output_sizes[shard_id], self.tp_size)
         offset = sum(_divide(s, self.tp_size) for s in self.output_sizes[:shard_id])
-        param.data.narrow(0, offset, size).copy_(loaded.narrow(0, self.tp_rank * size, size))
+        return Placement(0, offset, size, self.tp_rank * size)
 
 
 class QKVParallelLinear(ColumnParallelLinear):
@@ -118,9 +154,7 @@ class QKVParallelLinear(ColumnParallelLinear):
         out = (self.num_heads + 2 * self.num_kv_heads) * head_dim * tp
         super().__init__(hidden_size, out, bias)
 
-    def weight_loader(
-        self, param: nn.Parameter, loaded: torch.Tensor, shard_id: Optional[Union[str, int]] = None
-    ) -> None:
+    def placement(self, shard_id: Optional[Union[str, int]] = None) -> Placement:
         q_size = self.num_heads * self.head_dim
         kv_size = self.num_kv_heads * self.head_dim
         if shard_id == "q":
@@ -131,10 +165,10 @@ class QKVParallelLinear(ColumnParallelLinear):
             offset, size, rank_slot = q_size + kv_size, kv_size, self.tp_rank // self.kv_replicas
         else:
             raise ValueError(f"bad qkv shard id {shard_id}")
-        param.data.narrow(0, offset, size).copy_(loaded.narrow(0, rank_slot * size, size))
+        return Placement(0, offset, size, rank_slot * size)
 
 
-class RowParallelLinear(nn.Module):
+class RowParallelLinear(LinearBase):
     def __init__(
         self, input_size: int, output_size: int, bias: bool = False, reduce_results: bool = True
     ):
@@ -149,14 +183,12 @@ class RowParallelLinear(nn.Module):
         if self.bias is not None:
             self.bias.weight_loader = lambda p, w, s=None: p.data.copy_(w)
 
-    def weight_loader(
-        self, param: nn.Parameter, loaded: torch.Tensor, shard_id: Optional[Union[str, int]] = None
-    ) -> None:
+    def placement(self, shard_id: Optional[Union[str, int]] = None) -> Placement:
         n = self.input_size_per_rank
-        param.data.copy_(loaded.narrow(1, self.tp_rank * n, n))
+        return Placement(1, 0, n, self.tp_rank * n)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = linear(x, self.weight)
+        out = self.matmul(x)
         if self.reduce_results:  # the identity without a process group
             out = tp_all_reduce(out)
         if self.bias is not None:
@@ -164,11 +196,14 @@ class RowParallelLinear(nn.Module):
         return out
 
 
-class ReplicatedLinear(nn.Module):
+class ReplicatedLinear(LinearBase):
     def __init__(self, input_size: int, output_size: int, bias: bool = False):
         super().__init__()
         self.weight = _param(output_size, input_size)
         self.bias = _param(output_size) if bias else None
 
+    def placement(self, shard_id: Optional[Union[str, int]] = None) -> Placement:
+        return Placement(0, 0, self.weight.shape[0], 0)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        return self.matmul(x, self.bias)

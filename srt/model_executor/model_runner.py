@@ -15,6 +15,7 @@ from sglang.srt.configs.sections import MemorySection, ModelSection
 from sglang.srt.core.forward_batch_info import ForwardBatch
 from sglang.srt.distributed.parallel_state import get_tp_size
 from sglang.srt.layers.logits_processor import LogitsProcessorOutput
+from sglang.srt.layers.quantization.fp8 import resolve_quantization
 from sglang.srt.layers.sampler import SampleOutput, sample
 from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
@@ -75,6 +76,9 @@ class ModelRunner:
             jit_watch.install()
         self._pre_load_free = self._free_memory()
         t0 = time.perf_counter()
+        self.quantization = resolve_quantization(
+            model.quantization, model_config.quantization_config
+        )
         self.model = load_model(
             model_config,
             model.load_format,
@@ -82,6 +86,7 @@ class ModelRunner:
             device,
             seed=model.random_seed,
             show_progress=show_progress,
+            quantization=self.quantization,
         )
         self.load_time = time.perf_counter() - t0
         self.vocab_size = model_config.vocab_size
@@ -138,6 +143,12 @@ class ModelRunner:
 
     def weight_bytes(self) -> int:
         return sum(p.numel() * p.element_size() for p in self.model.parameters())
+
+    def quantization_name(self) -> Optional[str]:
+        q = self.quantization
+        if q is None:
+            return None
+        return f"fp8 (blocks {q.block[0]}x{q.block[1]})" if q.block else "fp8 (per channel)"
 
     def _size_pools(self) -> PoolSizes:
         mem = self.memory_section

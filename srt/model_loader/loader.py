@@ -8,13 +8,20 @@ import json
 import logging
 import os
 import threading
-from typing import Iterator, List, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 import torch
 from torch import nn
 from tqdm import tqdm
 
 from sglang.srt.configs.model_config import ModelConfig, resolve_gguf_file
+from sglang.srt.layers.quantization.fp8 import (
+    Fp8Config,
+    fill_dummy_fp8,
+    prepare_checkpoint_layers,
+    quantize_loaded_layers,
+)
+from sglang.srt.layers.quantization.fp8_math import FP8
 from sglang.srt.models.registry import get_model_class
 
 logger = logging.getLogger(__name__)
@@ -41,13 +48,17 @@ def load_model(
     device: str,
     seed: int = 0,
     show_progress: bool = True,
+    quantization: Optional[Fp8Config] = None,
 ) -> nn.Module:
     with _default_dtype(dtype), torch.device(device):
         model = get_model_class(cfg)(cfg)
+    if quantization is not None and quantization.from_checkpoint:
+        prepare_checkpoint_layers(model, quantization)
     # Rotary caches are float32 buffers by design; keep them so even in bf16 models.
     fmt = _resolve_format(cfg, load_format)
     if fmt == "dummy":
         _fill_dummy(model, seed)
+        fill_dummy_fp8(model, seed)
     else:
         weights, total = _weight_iterator(cfg, fmt)
         model.load_weights(
@@ -60,6 +71,8 @@ def load_model(
                 mininterval=0.5,
             )
         )
+    if quantization is not None and not quantization.from_checkpoint:
+        quantize_loaded_layers(model, quantization)
     model.eval()
     return model
 
@@ -131,6 +144,8 @@ def _fill_dummy(model: nn.Module, seed: int) -> None:
     """Small random weights: realistic shapes and memory traffic for benchmarks, no checkpoint needed."""
     gen = torch.Generator(device="cpu").manual_seed(seed)
     for name, p in model.named_parameters():
+        if p.dtype == FP8 or name.endswith("weight_scale_inv"):
+            continue  # an FP8 checkpoint's layers: fill_dummy_fp8
         if name.endswith("norm.weight"):
             p.fill_(1.0)
             continue

@@ -36,16 +36,21 @@ def _gemv_kernel(
     w_ptr,
     b_ptr,
     y_ptr,
+    s_ptr,
     N,
     K,
     sxm,
     swn,
     sym,
+    ssn,
     M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     PDL: tl.constexpr,
+    SCALE: tl.constexpr = 0,
+    SCALE_BN: tl.constexpr = 1,
+    SCALE_BK: tl.constexpr = 1,
 ):
     pid = tl.program_id(0)
     rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -64,6 +69,13 @@ def _gemv_kernel(
         kk = k0 + rk
         mk = kk < K
         wf = w.to(tl.float32)
+        if SCALE == 2:  # fp8 weights with one scale per SCALE_BN x SCALE_BK block
+            sb = tl.load(
+                s_ptr + (rows // SCALE_BN)[:, None] * ssn + (kk // SCALE_BK)[None, :],
+                mask=mk[None, :],
+                other=0.0,
+            )
+            wf = wf * sb
         # Next tile issued before this tile's math (the last one is fully masked: no traffic).
         nk = kk + BLOCK_K
         w = tl.load(w_rows + nk[None, :], mask=(nk < K)[None, :], other=0.0)
@@ -78,6 +90,12 @@ def _gemv_kernel(
         if M > 3:
             x3 = tl.load(x_ptr + 3 * sxm + kk, mask=mk, other=0.0).to(tl.float32)
             acc3 += tl.sum(wf * x3[None, :], axis=1)
+    if SCALE == 1:  # fp8 weights with one scale per output row: applied once, to the sums
+        srow = tl.load(s_ptr + rows)
+        acc0 *= srow
+        acc1 *= srow
+        acc2 *= srow
+        acc3 *= srow
     if HAS_BIAS:
         b = tl.load(b_ptr + rn, mask=mn, other=0.0).to(tl.float32)
         acc0 += b
@@ -129,11 +147,19 @@ def gemv(
     w: torch.Tensor,
     bias: Optional[torch.Tensor] = None,
     config: Optional[dict] = None,
+    w_scale: Optional[torch.Tensor] = None,
+    scale_block: Optional[Tuple[int, int]] = None,
 ) -> torch.Tensor:
-    """x [M, K] (M <= 4, rows contiguous in K), w [N, K] contiguous -> [M, N]."""
+    """x [M, K] (M <= 4, rows contiguous in K), w [N, K] contiguous -> [M, N].
+
+    FP8 weights carry w_scale: [N] float32 per output row, or [ceil(N/bn), ceil(K/bk)] per block
+    with scale_block = (bn, bk); the product is x @ (w * scale)^T."""
     m, k = x.shape
     n = w.shape[0]
     assert 1 <= m <= MAX_M and w.shape[1] == k and w.stride(1) == 1 and x.stride(1) == 1
+    mode = 0 if w_scale is None else (2 if scale_block is not None else 1)
+    if mode:
+        assert w_scale.dtype == torch.float32 and w_scale.is_contiguous()
     cfg = dict(config_for(n, k), **(config or {}))
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     grid = (triton.cdiv(n, cfg["BLOCK_N"]),)
@@ -145,15 +171,20 @@ def gemv(
         w,
         bias if bias is not None else w,
         y,
+        w_scale if w_scale is not None else w,
         n,
         k,
         x.stride(0),
         w.stride(0),
         y.stride(0),
+        w_scale.stride(0) if mode == 2 else 0,
         M=m,
         BLOCK_N=cfg["BLOCK_N"],
         BLOCK_K=cfg["BLOCK_K"],
         HAS_BIAS=bias is not None,
+        SCALE=mode,
+        SCALE_BN=scale_block[0] if mode == 2 else 1,
+        SCALE_BK=scale_block[1] if mode == 2 else 1,
         **launch,
         **pdl_args(x),
     )
@@ -161,6 +192,7 @@ def gemv(
 
 
 def gemv_ref(x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """w may be a dequantized fp8 weight (fp8_math.dequantize) for the scaled modes."""
     y = x.float() @ w.float().t()
     if bias is not None:
         y = y + bias.float()

@@ -478,6 +478,8 @@ class Scheduler:
             "context_len": self.model_config.context_len,
             "chunked_prefill_size": self.chunked_prefill_size,
             "page_size": pools.page_size,
+            "weight_bytes": self.model_runner.weight_bytes(),
+            "quantization": self.model_runner.quantization_name(),
             "num_running_reqs": state.running_batch.batch_size(),
             "num_waiting_reqs": len(state.waiting_queue),
             "token_usage": pools.token_usage(),

@@ -1,0 +1,80 @@
+"""FP8 matmuls on a CUDA device.
+
+- One row (batch-1 decode): the Triton GEMV reads the fp8 weight and applies its scales in
+  registers, so the step streams half the bytes of bf16.
+- More rows, per-channel weights: `torch._scaled_mm` on FP8 tensor cores, with the activations
+  quantized per token on the fly (dynamic scales); the rows are padded to a multiple of 16 as the
+  kernel requires.
+- More rows, block-scaled weights (FP8 checkpoints), or a device without FP8 tensor cores (before
+  sm_89): the weight is dequantized for the call. Correct, not fast; logged once.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from sglang.srt.layers.quantization.fp8_math import FP8, dequantize, quantize_per_token
+
+logger = logging.getLogger(__name__)
+
+_ROW_MULTIPLE = 16  # _scaled_mm wants both dimensions of its first operand divisible by 16
+
+
+class Fp8Matmul:
+    def __init__(self, native: bool):
+        self.native = native
+        self._warned = False
+
+    @staticmethod
+    @functools.lru_cache(maxsize=8)
+    def for_device(device: torch.device) -> "Fp8Matmul":
+        major, minor = torch.cuda.get_device_capability(device)
+        native = (major, minor) >= (8, 9)
+        if not native:
+            logger.warning(
+                "FP8 weights on sm_%d%d, which has no FP8 tensor cores: every matmul dequantizes "
+                "its weight (correct, slower than bf16)",
+                major,
+                minor,
+            )
+        return Fp8Matmul(native)
+
+    def __call__(
+        self,
+        x: torch.Tensor,
+        w: torch.Tensor,
+        s: torch.Tensor,
+        block: Optional[Tuple[int, int]],
+        bias: Optional[torch.Tensor],
+    ) -> torch.Tensor:
+        if self.native and x.shape[0] == 1 and x.stride(-1) == 1:
+            from sglang.srt.layers.triton_ops.gemv import gemv
+
+            return gemv(x, w, bias, w_scale=s, scale_block=block)
+        if self.native and block is None:
+            return scaled_mm_rowwise(x, w, s, bias)
+        if not self._warned:
+            logger.warning("block-scaled FP8 weights: matmuls of more than one row run dequantized")
+            self._warned = True
+        return F.linear(x, dequantize(w, s, block, x.dtype), bias)
+
+
+def scaled_mm_rowwise(
+    x: torch.Tensor, w: torch.Tensor, s: torch.Tensor, bias: Optional[torch.Tensor] = None
+) -> torch.Tensor:
+    """x [M, K] (high precision) @ (w [N, K] fp8 * s [N])^T with per-token activation scales."""
+    m, k = x.shape
+    xq, xs = quantize_per_token(x)
+    pad = (-m) % _ROW_MULTIPLE
+    if pad:
+        xq = torch.cat([xq, torch.zeros(pad, k, dtype=FP8, device=x.device)])
+        xs = torch.cat([xs, torch.ones(pad, 1, dtype=torch.float32, device=x.device)])
+    y = torch._scaled_mm(xq, w.t(), scale_a=xs, scale_b=s.view(1, -1), out_dtype=x.dtype)
+    if pad:
+        y = y[:m]
+    return y + bias if bias is not None else y
