@@ -116,6 +116,13 @@ if has fp8; then
   stage one_batch 150 python3 benchmark/bench_one_batch.py "${ONE[@]}" --quantization fp8 \
     --kv-cache-dtype fp8_e4m3 --result-file "$OUT/one_batch.jsonl" --tag fp8_w_kv
 fi
+if has fp8_ab; then
+  # One-row FP8 products on the GEMV (default) against _scaled_mm on rows padded to 16.
+  FAB=(--model-config llama3-8b --batch-size 1 --input-len 512 --output-len 32 --quantization fp8)
+  stage one_batch 90 python3 benchmark/bench_one_batch.py "${FAB[@]}" --result-file "$OUT/one_batch.jsonl" --tag fp8_gemv
+  stage one_batch 90 env SGLANG_FP8_ONE_ROW=scaled_mm python3 benchmark/bench_one_batch.py "${FAB[@]}" \
+    --result-file "$OUT/one_batch.jsonl" --tag fp8_scaled_mm
+fi
 if has offline; then
   for mode in on off; do
     flag=()

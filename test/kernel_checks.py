@@ -562,6 +562,11 @@ def decode_cases(full: bool) -> List[tuple]:
         ("decode seq_len0 row", lambda s: check_decode([0, 9, 3], 4, 2, 64, seed=s)),
         ("decode Dv!=D (D80, Dv64)", lambda s: check_decode(_LENS_A, 6, 2, 80, v_dim=64, seed=s)),
         (
+            # A 32k-token context over the long-context split cap (64), as batch 1 runs it.
+            "decode 32k context 64 splits",
+            lambda s: check_decode([32768], 4, 1, 16, max_kv_splits=64, splits="64", seed=s),
+        ),
+        (
             "decode long 8 splits D128",
             lambda s: check_decode([300, 129, 7], 8, 2, 128, max_kv_splits=8, splits="8", seed=s),
         ),

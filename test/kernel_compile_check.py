@@ -25,6 +25,7 @@ from triton.compiler import ASTSource
 
 from sglang.srt.layers.attention.triton_ops import decode_attention as da
 from sglang.srt.layers.attention.triton_ops import extend_attention as ea
+from sglang.srt.layers.quantization import fp8_kernels
 from sglang.srt.layers.triton_ops import (
     activation,
     gemv,
@@ -292,11 +293,46 @@ def main(argv: Optional[list] = None) -> int:
                 ok &= compile_kernel(
                     f"gemv {dt} M{m} {n_}x{k_}",
                     gemv._gemv_kernel,
-                    p("x_ptr", "w_ptr", "b_ptr", "y_ptr"),
-                    dict(M=m, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], HAS_BIAS=m == 4),
+                    {**p("x_ptr", "w_ptr", "b_ptr", "y_ptr"), "s_ptr": "*fp32"},
+                    dict(
+                        M=m,
+                        BLOCK_N=cfg["BLOCK_N"],
+                        BLOCK_K=cfg["BLOCK_K"],
+                        HAS_BIAS=m == 4,
+                        SCALE=0,
+                        SCALE_BN=1,
+                        SCALE_BK=1,
+                    ),  # fmt: skip
                     cfg["num_warps"],
                     cfg.get("num_stages", 3),
                 )
+        # FP8 weights: one scale per row, and one per 128 x 128 block.
+        for mode, bn in ((1, 1), (2, 128)):
+            cfg = gemv.config_for(4096, 4096)
+            ok &= compile_kernel(
+                f"gemv {dt} x fp8 weights, scale mode {mode}",
+                gemv._gemv_kernel,
+                {**p("x_ptr", "b_ptr", "y_ptr"), "w_ptr": "*fp8e4nv", "s_ptr": "*fp32"},
+                dict(
+                    M=1,
+                    BLOCK_N=cfg["BLOCK_N"],
+                    BLOCK_K=cfg["BLOCK_K"],
+                    HAS_BIAS=False,
+                    SCALE=mode,
+                    SCALE_BN=bn,
+                    SCALE_BK=bn,
+                ),  # fmt: skip
+                cfg["num_warps"],
+                cfg.get("num_stages", 3),
+            )
+        ok &= compile_kernel(
+            f"per-token fp8 quant {dt}",
+            fp8_kernels._per_token_quant_kernel,
+            {**p("x_ptr"), "q_ptr": "*fp8e4nv", "s_ptr": "*fp32"},
+            dict(FP8_MAX_C=448.0, BLOCK=1024),
+            4,
+            1,
+        )
         for bm, prefetch in ((16, 0), (64, 0), (64, 1)):
             cfg = dict(small_m_gemm.DEFAULT_CONFIG, PREFETCH=prefetch)
             ok &= compile_kernel(

@@ -69,7 +69,10 @@ def _sampled(url, prompt, key, value):
     return [o["text"] for o in outs]
 
 
-@pytest.mark.parametrize("name", list(SCHEMAS))
+# "order" (nested arrays, enums, required fields) holds the others' features; they run with -m slow.
+@pytest.mark.parametrize(
+    "name", [n if n == "order" else pytest.param(n, marks=pytest.mark.slow) for n in SCHEMAS]
+)
 def test_sampled_json_always_validates(server_url, name):
     schema = SCHEMAS[name]
     texts = _sampled(

@@ -108,6 +108,7 @@ def test_tp2_server_matches_tp1(tp_servers):
     two.check_idle_invariant()
 
 
+@pytest.mark.slow  # the distributed path of a world of one; test_tp2_server_matches_tp1 covers more
 def test_forced_world_of_one_matches_plain_tp1(tp_servers, tiny_models):
     """--force-distributed runs every collective of the TP path (all-reduce, vocab gather, object
     broadcasts) through torch.distributed with one rank: on the GPU machine this is NCCL on one GPU."""
@@ -233,6 +234,7 @@ def test_data_parallel_replicas(method, tiny_models, tp_servers):
         srv.stop()
 
 
+@pytest.mark.slow  # the multi-node address plumbing; tp2 on one node runs by default
 def test_two_nodes_on_one_machine(tiny_models, tp_servers):
     """--nnodes 2: node 1 runs scheduler rank 1 only; node 0 serves HTTP and rank 0 broadcasts."""
     import subprocess

@@ -17,7 +17,8 @@ import pytest
 HERE = Path(__file__).resolve().parent
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+# qwen3 adds q/k norm and head_dim 32 on the same kernels: slow, the default run keeps llama.
+@pytest.mark.parametrize("arch", ["llama", pytest.param("qwen3", marks=pytest.mark.slow)])
 def test_triton_backend_matches_torch_native_in_interpreter(arch: str, tiny_models) -> None:
     env = dict(os.environ, TRITON_INTERPRET="1")
     # qwen3 covers q/k-norm and head_dim != hidden/heads; llama covers llama3 rope scaling. The fp8

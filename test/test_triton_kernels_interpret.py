@@ -69,6 +69,20 @@ def test_num_kv_splits_heuristic() -> None:
     for bs, ctx, want in ((64, 528, 1), (64, 4096, 1), (128, 1024, 1), (32, 528, 2), (16, 2048, 4)):
         got = compute_num_kv_splits(torch.full((bs,), ctx), 32, 8, max_kv_splits=16, num_sms=132)
         assert got.tolist() == [want] * bs, (bs, ctx, got[0].item())
+    # Batch 1 reaches 64 splits under the long-context cap: 32k tokens fill 3 waves of programs.
+    from sglang.srt.layers.attention.triton_backend import max_kv_splits_for
+
+    assert [max_kv_splits_for(bs, 8, 132, 16) for bs in (1, 2, 3, 4, 64, 256)] == [
+        50,
+        25,
+        17,
+        16,
+        16,
+        16,
+    ]
+    cap = max_kv_splits_for(1, 8, 132, 16)
+    long = compute_num_kv_splits(torch.tensor([131072]), 32, 8, max_kv_splits=cap, num_sms=132)
+    assert long.tolist() == [50]
     out = torch.zeros(3, dtype=torch.int32)
     res = compute_num_kv_splits(
         torch.tensor([512, 512, 512]), 32, 8, max_kv_splits=8, num_sms=132, out=out

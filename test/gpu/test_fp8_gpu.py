@@ -89,3 +89,18 @@ def test_fp8_model_decode_under_cuda_graphs_matches_eager(tmp_path):
         del runner
         torch.cuda.empty_cache()
     assert outs[0] == outs[1]
+
+
+@pytest.mark.parametrize("m,k,rows", [(1, 4096, 16), (37, 14336, 48), (64, 320, 64)])
+def test_per_token_quant_kernel_matches_torch(m, k, rows):
+    from sglang.srt.layers.quantization.fp8_kernels import per_token_quant_fp8
+    from sglang.srt.layers.quantization.fp8_math import quantize_per_token
+
+    x = (torch.randn(m, k, device="cuda") * torch.logspace(-2, 2, m, device="cuda")[:, None]).to(
+        torch.bfloat16
+    )
+    q, s = per_token_quant_fp8(x, rows)
+    rq, rs = quantize_per_token(x)
+    torch.testing.assert_close(s[:m], rs, rtol=1e-6, atol=0)
+    assert (q[:m].float() - rq.float()).abs().max() <= rq.float().abs().max() * 2**-3
+    assert q.shape == (rows, k) and not q[m:].float().any() and (s[m:] == 1).all()

@@ -25,7 +25,10 @@ from typing import TYPE_CHECKING, Optional
 import torch
 
 from sglang.srt.layers.attention.base_attn_backend import AttentionBackend, KVStoreTarget
-from sglang.srt.layers.attention.triton_ops.decode_attention import decode_attention_fwd
+from sglang.srt.layers.attention.triton_ops.decode_attention import (
+    decode_attention_fwd,
+    decode_head_programs,
+)
 from sglang.srt.layers.attention.triton_ops.decode_prologue import decode_prologue
 from sglang.srt.layers.attention.triton_ops.extend_attention import extend_attention_fwd
 from sglang.srt.layers.triton_ops.kv_store import store_kv
@@ -34,9 +37,21 @@ if TYPE_CHECKING:
     from sglang.srt.core.forward_batch_info import ForwardBatch
     from sglang.srt.layers.radix_attention import RadixAttention
 
-# Most splits of one request's KV in decode. 16 lets a single long request spread over
-# 16 x kv-head programs, enough to fill an H200 at batch 1 with 8 kv heads (128 programs).
+# Most splits of one request's KV in decode, at any batch size.
 DEFAULT_MAX_KV_SPLITS = 16
+# At batch sizes too small to fill the device with DEFAULT_MAX_KV_SPLITS splits per request (batch 1
+# with 8 kv heads makes 128 programs, one per SM), the cap rises so the split rule can reach its
+# target of `waves` programs per SM: a long context is then read by every SM at once. The cap is a
+# function of the batch size alone, so each CUDA graph has a fixed grid.
+LONG_MAX_KV_SPLITS = 64
+_SPLIT_WAVES = 3  # compute_num_kv_splits' default target of programs per SM
+
+
+def max_kv_splits_for(bs: int, head_programs: int, num_sms: int, floor: int) -> int:
+    """The split cap of a batch: `floor`, raised (up to LONG_MAX_KV_SPLITS) until bs x head
+    programs x cap reaches the split rule's target of _SPLIT_WAVES programs per SM."""
+    want = -(-_SPLIT_WAVES * num_sms // max(bs * head_programs, 1))
+    return max(floor, min(LONG_MAX_KV_SPLITS, want))
 
 
 @dataclass
@@ -44,6 +59,7 @@ class DecodeMetadata:
     num_kv_splits: torch.Tensor  # [bs] int32
     attn_logits: torch.Tensor  # [bs, H, max_splits, Dv] float32 workspace
     attn_lse: torch.Tensor  # [bs, H, max_splits] float32 workspace
+    max_splits: int = DEFAULT_MAX_KV_SPLITS
 
 
 class TritonAttnBackend(AttentionBackend):
@@ -73,17 +89,21 @@ class TritonAttnBackend(AttentionBackend):
         pool = getattr(model_runner, "req_to_token_pool", None)
         self.req_to_token = pool.req_to_token if pool is not None else None
         self.decode_meta: Optional[DecodeMetadata] = None
-        self._graph_meta: Optional[DecodeMetadata] = None
+        self._graph_meta: Optional[bool] = None  # set when the graph workspaces exist
 
     # ------------------------------------------------------------------ per pass
+    def splits_cap(self, bs: int) -> int:
+        heads = decode_head_programs(self.num_heads, self.num_kv_heads)
+        return max_kv_splits_for(bs, heads, self.num_sms, self.max_kv_splits)
+
     def _new_decode_meta(self, bs: int) -> DecodeMetadata:
+        cap = self.splits_cap(bs)
         f32 = dict(dtype=torch.float32, device=self.device)
         return DecodeMetadata(
             num_kv_splits=torch.empty(bs, dtype=torch.int32, device=self.device),
-            attn_logits=torch.empty(
-                (bs, self.num_heads, self.max_kv_splits, self.v_head_dim), **f32
-            ),
-            attn_lse=torch.empty((bs, self.num_heads, self.max_kv_splits), **f32),
+            attn_logits=torch.empty((bs, self.num_heads, cap, self.v_head_dim), **f32),
+            attn_lse=torch.empty((bs, self.num_heads, cap), **f32),
+            max_splits=cap,
         )
 
     def _decode_prologue(
@@ -99,7 +119,7 @@ class TritonAttnBackend(AttentionBackend):
             seq_lens,
             self.num_heads,
             self.num_kv_heads,
-            self.max_kv_splits,
+            meta.max_splits,
             meta.num_kv_splits,
             self.num_sms,
             req_to_token,
@@ -202,7 +222,7 @@ class TritonAttnBackend(AttentionBackend):
             meta.attn_logits,
             meta.attn_lse,
             meta.num_kv_splits,
-            self.max_kv_splits,
+            meta.max_splits,
             layer.scaling,
             layer.logit_cap,
             k_scale=pool.k_scale[lid],
@@ -212,12 +232,23 @@ class TritonAttnBackend(AttentionBackend):
 
     # ------------------------------------------------------------------ CUDA graphs
     def init_cuda_graph_state(self, max_bs: int) -> None:
-        self._graph_meta = self._new_decode_meta(max_bs)
+        # One flat workspace, viewed per captured batch size with that size's split cap.
+        rows = max(b * self.splits_cap(b) for b in range(1, max_bs + 1))
+        f32 = dict(dtype=torch.float32, device=self.device)
+        self._graph_splits = torch.empty(max_bs, dtype=torch.int32, device=self.device)
+        self._graph_logits = torch.empty(rows * self.num_heads * self.v_head_dim, **f32)
+        self._graph_lse = torch.empty(rows * self.num_heads, **f32)
+        self._graph_meta = True
 
     def _graph_views(self, bs: int) -> DecodeMetadata:
-        g = self._graph_meta
-        assert g is not None, "init_cuda_graph_state was not called"
-        return DecodeMetadata(g.num_kv_splits[:bs], g.attn_logits[:bs], g.attn_lse[:bs])
+        assert self._graph_meta is not None, "init_cuda_graph_state was not called"
+        cap, H, Dv = self.splits_cap(bs), self.num_heads, self.v_head_dim
+        return DecodeMetadata(
+            self._graph_splits[:bs],
+            self._graph_logits[: bs * H * cap * Dv].view(bs, H, cap, Dv),
+            self._graph_lse[: bs * H * cap].view(bs, H, cap),
+            cap,
+        )
 
     def init_forward_metadata_capture_cuda_graph(
         self,

@@ -3,8 +3,8 @@
 - One row (batch-1 decode): the Triton GEMV reads the fp8 weight and applies its scales in
   registers, so the step streams half the bytes of bf16.
 - More rows, per-channel weights: `torch._scaled_mm` on FP8 tensor cores, with the activations
-  quantized per token on the fly (dynamic scales); the rows are padded to a multiple of 16 as the
-  kernel requires.
+  quantized per token on the fly (dynamic scales, one kernel: fp8_kernels.py) into rows padded to
+  a multiple of 16, as _scaled_mm requires.
 - More rows, block-scaled weights (FP8 checkpoints), or a device without FP8 tensor cores (before
   sm_89): the weight is dequantized for the call. Correct, not fast; logged once.
 """
@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 
-from sglang.srt.layers.quantization.fp8_math import FP8, dequantize, quantize_per_token
+from sglang.srt.layers.quantization.fp8_kernels import per_token_quant_fp8
+from sglang.srt.layers.quantization.fp8_math import dequantize
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +31,8 @@ class Fp8Matmul:
     def __init__(self, native: bool):
         self.native = native
         self._warned = False
+        # SGLANG_FP8_ONE_ROW=scaled_mm sends one-row products to the tensor cores too (A/B runs).
+        self.one_row_gemv = os.environ.get("SGLANG_FP8_ONE_ROW", "gemv") == "gemv"
 
     @staticmethod
     @functools.lru_cache(maxsize=8)
@@ -52,7 +56,7 @@ class Fp8Matmul:
         block: Optional[Tuple[int, int]],
         bias: Optional[torch.Tensor],
     ) -> torch.Tensor:
-        if self.native and x.shape[0] == 1 and x.stride(-1) == 1:
+        if self.native and self.one_row_gemv and x.shape[0] == 1 and x.stride(-1) == 1:
             from sglang.srt.layers.triton_ops.gemv import gemv
 
             return gemv(x, w, bias, w_scale=s, scale_block=block)
@@ -68,13 +72,9 @@ def scaled_mm_rowwise(
     x: torch.Tensor, w: torch.Tensor, s: torch.Tensor, bias: Optional[torch.Tensor] = None
 ) -> torch.Tensor:
     """x [M, K] (high precision) @ (w [N, K] fp8 * s [N])^T with per-token activation scales."""
-    m, k = x.shape
-    xq, xs = quantize_per_token(x)
-    pad = (-m) % _ROW_MULTIPLE
-    if pad:
-        xq = torch.cat([xq, torch.zeros(pad, k, dtype=FP8, device=x.device)])
-        xs = torch.cat([xs, torch.ones(pad, 1, dtype=torch.float32, device=x.device)])
-    y = torch._scaled_mm(xq, w.t(), scale_a=xs, scale_b=s.view(1, -1), out_dtype=x.dtype)
-    if pad:
-        y = y[:m]
+    m = x.shape[0]
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    xq, xs = per_token_quant_fp8(x, m + (-m) % _ROW_MULTIPLE)
+    y = torch._scaled_mm(xq, w.t(), scale_a=xs, scale_b=s.view(1, -1), out_dtype=x.dtype)[:m]
     return y + bias if bias is not None else y
