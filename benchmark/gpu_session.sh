@@ -28,7 +28,7 @@ stage() {  # log name, time limit (s), command...
 'transformers', transformers.__version__)"; } 2>&1 | tee "$OUT/summary.txt"
 
 if has tests; then
-  stage gpu_tests 170 python3 -m pytest test/gpu -q -p no:cacheprovider --timeout=100 --durations=10 -rfE
+  stage gpu_tests 260 python3 -m pytest test/gpu -q -p no:cacheprovider --timeout=100 --durations=10 -rfE
 fi
 # SMOKE=1: the same stages on tiny shapes (a CPU check of this script, seconds).
 if [[ ${SMOKE:-0} == 1 ]]; then
