@@ -123,6 +123,14 @@ if has fp8_ab; then
   stage one_batch 90 env SGLANG_FP8_ONE_ROW=scaled_mm python3 benchmark/bench_one_batch.py "${FAB[@]}" \
     --result-file "$OUT/one_batch.jsonl" --tag fp8_scaled_mm
 fi
+if has fp8_small_m; then
+  # 1-64-row FP8 products on the small-M tensor-core kernel (fp8 weights widened in registers)
+  # against the default (GEMV for one row, _scaled_mm with per-token activation scales above).
+  FSM=(--model-config llama3-8b --batch-size 1 8 64 256 --input-len 512 --output-len 32 --quantization fp8)
+  stage one_batch 100 python3 benchmark/bench_one_batch.py "${FSM[@]}" --result-file "$OUT/one_batch.jsonl" --tag fp8_default
+  stage one_batch 100 env SGLANG_FP8_SMALL_M=1 python3 benchmark/bench_one_batch.py "${FSM[@]}" \
+    --result-file "$OUT/one_batch.jsonl" --tag fp8_small_m
+fi
 if has offline; then
   for mode in on off; do
     flag=()

@@ -338,18 +338,30 @@ def main(argv: Optional[list] = None) -> int:
             ok &= compile_kernel(
                 f"small-M {dt} BM{bm} prefetch={prefetch}",
                 small_m_gemm._small_m_kernel,
-                p("x_ptr", "w_ptr", "b_ptr", "y_ptr"),
+                {**p("x_ptr", "w_ptr", "b_ptr", "y_ptr"), "s_ptr": "*fp32"},
                 dict(
                     BLOCK_M=bm,
                     BLOCK_N=cfg["BLOCK_N"],
                     BLOCK_K=cfg["BLOCK_K"],
                     PREFETCH=prefetch,
                     HAS_BIAS=prefetch == 1,
+                    SCALED=False,
                 ),
                 cfg["num_warps"],
                 cfg["num_stages"],
                 divisible=("N", "K"),
             )  # model widths: the JIT specialises them too
+        cfg = dict(small_m_gemm.DEFAULT_CONFIG)
+        ok &= compile_kernel(
+            f"small-M {dt} x fp8 weights BM16",
+            small_m_gemm._small_m_kernel,
+            {**p("x_ptr", "b_ptr", "y_ptr"), "w_ptr": "*fp8e4nv", "s_ptr": "*fp32"},
+            dict(BLOCK_M=16, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], PREFETCH=0,
+                 HAS_BIAS=False, SCALED=True),  # fmt: skip
+            cfg["num_warps"],
+            cfg["num_stages"],
+            divisible=("N", "K"),
+        )
         # fp8 KV pool (--kv-cache-dtype fp8_e4m3): fp8 tiles widened in registers, quantising store.
         f8 = {"K": "*fp8e4nv", "V": "*fp8e4nv"}
         cfg = da._stage1_config(128, True, True)

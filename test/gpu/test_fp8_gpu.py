@@ -104,3 +104,16 @@ def test_per_token_quant_kernel_matches_torch(m, k, rows):
     torch.testing.assert_close(s[:m], rs, rtol=1e-6, atol=0)
     assert (q[:m].float() - rq.float()).abs().max() <= rq.float().abs().max() * 2**-3
     assert q.shape == (rows, k) and not q[m:].float().any() and (s[m:] == 1).all()
+
+
+@pytest.mark.parametrize("m", [1, 5, 64])
+def test_small_m_kernel_with_fp8_weights(m):
+    from sglang.srt.layers.quantization.fp8_math import dequantize, quantize_per_channel
+    from sglang.srt.layers.triton_ops.small_m_gemm import small_m_matmul
+
+    g = torch.Generator(device="cuda").manual_seed(2)
+    w = torch.randn(6144, 4096, device="cuda", generator=g) * 0.02
+    q, s = quantize_per_channel(w)
+    x = torch.randn(m, 4096, device="cuda", generator=g).to(torch.bfloat16)
+    ref = x.float() @ dequantize(q, s).t()
+    assert _rel(small_m_matmul(x, q, w_scale=s), ref) < 1e-2

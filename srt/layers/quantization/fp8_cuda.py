@@ -33,6 +33,9 @@ class Fp8Matmul:
         self._warned = False
         # SGLANG_FP8_ONE_ROW=scaled_mm sends one-row products to the tensor cores too (A/B runs).
         self.one_row_gemv = os.environ.get("SGLANG_FP8_ONE_ROW", "gemv") == "gemv"
+        # SGLANG_FP8_SMALL_M=1: 1-64 rows on the small-M kernel with fp8 weights widened to bf16
+        # in registers (no activation quantization), per-channel weights only (A/B runs).
+        self.small_m = os.environ.get("SGLANG_FP8_SMALL_M", "0") == "1"
 
     @staticmethod
     @functools.lru_cache(maxsize=8)
@@ -56,6 +59,16 @@ class Fp8Matmul:
         block: Optional[Tuple[int, int]],
         bias: Optional[torch.Tensor],
     ) -> torch.Tensor:
+        if (
+            self.native
+            and self.small_m
+            and block is None
+            and x.shape[0] <= 64
+            and x.dtype in (torch.bfloat16, torch.float16)
+        ):
+            from sglang.srt.layers.triton_ops.small_m_gemm import small_m_matmul
+
+            return small_m_matmul(x.contiguous(), w, bias, w_scale=s)
         if self.native and self.one_row_gemv and x.shape[0] == 1 and x.stride(-1) == 1:
             from sglang.srt.layers.triton_ops.gemv import gemv
 

@@ -54,6 +54,8 @@ def _small_m_kernel(
     PREFETCH: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     PDL: tl.constexpr,
+    s_ptr=None,
+    SCALED: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -73,7 +75,7 @@ def _small_m_kernel(
             x = tl.load(x_tile + k0, mask=mask_m[:, None] & (kk < K)[None, :], other=0.0)
             nk = kk + BLOCK_K  # next tile issued before this tile's math (the last is fully masked)
             w_next = tl.load(w_tile + k0 + BLOCK_K, mask=(nk < K)[:, None], other=0.0)
-            acc = tl.dot(x, w, acc)
+            acc = tl.dot(x, w.to(x.dtype), acc)  # fp8 weights widen in registers (packed converts)
             w = w_next
     else:
         pdl_wait(PDL)
@@ -81,7 +83,9 @@ def _small_m_kernel(
             kk = k0 + rk
             x = tl.load(x_tile + k0, mask=mask_m[:, None] & (kk < K)[None, :], other=0.0)
             w = tl.load(w_tile + k0, mask=(kk < K)[:, None], other=0.0)
-            acc = tl.dot(x, w, acc)
+            acc = tl.dot(x, w.to(x.dtype), acc)
+    if SCALED:  # fp8 weights: one scale per output column, applied to the sums
+        acc *= tl.load(s_ptr + cols).to(tl.float32)[None, :]
     if HAS_BIAS:
         acc += tl.load(b_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
     tl.store(
@@ -114,8 +118,10 @@ def small_m_matmul(
     w: torch.Tensor,
     bias: Optional[torch.Tensor] = None,
     config: Optional[dict] = None,
+    w_scale: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
-    """x [M, K] (M <= MAX_M, half precision, rows contiguous in K), w [N, K] contiguous -> [M, N]."""
+    """x [M, K] (M <= MAX_M, half precision, rows contiguous in K), w [N, K] contiguous -> [M, N].
+    An fp8 w carries w_scale [N] float32 (one per output row): x @ (w * scale)^T."""
     m, k = x.shape
     n = w.shape[0]
     assert 1 <= m <= MAX_M and w.shape[1] == k and w.stride(1) == 1 and x.stride(1) == 1
@@ -139,6 +145,8 @@ def small_m_matmul(
         BLOCK_K=cfg["BLOCK_K"],
         PREFETCH=cfg["PREFETCH"],
         HAS_BIAS=bias is not None,
+        s_ptr=w_scale,
+        SCALED=w_scale is not None,
         num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"],
         **pdl_args(x),
