@@ -208,7 +208,7 @@ def main(argv=None) -> dict:
                 floor_s=floor,
                 ratio=t / floor,
                 attention_share=attn / facts.prefill_flops([n]),
-            )  # fmt: skip
+            )
         )
         print(f"[ours] prefill {n}: {1e3 * t:.1f} ms ({t / floor:.2f}x floor)", flush=True)
 

@@ -302,7 +302,7 @@ def main(argv: Optional[list] = None) -> int:
                         SCALE=0,
                         SCALE_BN=1,
                         SCALE_BK=1,
-                    ),  # fmt: skip
+                    ),
                     cfg["num_warps"],
                     cfg.get("num_stages", 3),
                 )
@@ -321,7 +321,7 @@ def main(argv: Optional[list] = None) -> int:
                     SCALE=mode,
                     SCALE_BN=bn,
                     SCALE_BK=bn,
-                ),  # fmt: skip
+                ),
                 cfg["num_warps"],
                 cfg.get("num_stages", 3),
             )
@@ -356,8 +356,14 @@ def main(argv: Optional[list] = None) -> int:
             f"small-M {dt} x fp8 weights BM16",
             small_m_gemm._small_m_kernel,
             {**p("x_ptr", "b_ptr", "y_ptr"), "w_ptr": "*fp8e4nv", "s_ptr": "*fp32"},
-            dict(BLOCK_M=16, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], PREFETCH=0,
-                 HAS_BIAS=False, SCALED=True),  # fmt: skip
+            dict(
+                BLOCK_M=16,
+                BLOCK_N=cfg["BLOCK_N"],
+                BLOCK_K=cfg["BLOCK_K"],
+                PREFETCH=0,
+                HAS_BIAS=False,
+                SCALED=True,
+            ),
             cfg["num_warps"],
             cfg["num_stages"],
             divisible=("N", "K"),

@@ -71,8 +71,15 @@ def test_fp8_model_decode_under_cuda_graphs_matches_eager(tmp_path):
     path = write_model_config("tiny-llama", str(tmp_path / "m"))
     outs = []
     for graphs in (False, True):
-        sa = ServerArgs(model_path=path, load_format="dummy", quantization="fp8", device="cuda",
-                        max_total_tokens=4096, disable_cuda_graph=not graphs, cuda_graph_max_bs=8)  # fmt: skip
+        sa = ServerArgs(
+            model_path=path,
+            load_format="dummy",
+            quantization="fp8",
+            device="cuda",
+            max_total_tokens=4096,
+            disable_cuda_graph=not graphs,
+            cuda_graph_max_bs=8,
+        )
         runner = ModelRunner.from_server_args(
             ModelConfig.from_path(path), sa, "cuda", show_progress=False
         )
