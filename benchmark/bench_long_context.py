@@ -16,8 +16,8 @@ Prefill of n tokens runs in passes of --chunk tokens as the server's chunked pre
 floor is the model FLOPs (projections for every token, causal attention over n(n+1)/2 pairs) at
 the measured bf16 matrix rate.
 
-The peer, HF transformers with a static cache (which compiles its decode step), runs the
---hf-cells in the same process before our runner takes the memory.
+The peer, HF transformers with a static cache (which compiles its decode step; bench_one_batch's
+run_hf), runs the --hf-cells in the same process before our runner takes the memory.
 """
 
 from __future__ import annotations
@@ -96,30 +96,6 @@ def prefill_once(runner, n: int, chunk: int, seed: int) -> float:
 
 
 # ---------------------------------------------------------------------------------------------- HF
-def hf_cell(model, bs: int, ctx: int, steps: int, device: str) -> Dict[str, float]:
-    """generate() with a static cache: prefill (1 new token), then the decode step as the
-    difference over steps - 1 more tokens."""
-    ids = bob.random_prompts(bs, ctx, model.config.vocab_size, 1).to(device)
-    mask = torch.ones_like(ids)
-
-    def gen(n: int):
-        return model.generate(
-            input_ids=ids,
-            attention_mask=mask,
-            max_new_tokens=n,
-            min_new_tokens=n,
-            do_sample=False,
-            pad_token_id=0,
-            cache_implementation="static",
-        )
-
-    with torch.no_grad():
-        gen(steps)  # warm-up: compiles the decode step for this shape
-        t1 = bob.timed(lambda: gen(1), device)
-        tn = bob.timed(lambda: gen(steps), device)
-    return {"prefill_s": t1, "step_s": max(tn - t1, 0.0) / (steps - 1)}
-
-
 def parse_cell(text: str) -> Tuple[int, int]:
     bs, ctx = text.lower().split("x")
     return int(bs), int(ctx)
@@ -145,7 +121,8 @@ def main(argv=None) -> dict:
         for cell in ours_args.hf_cells:
             bs, ctx = parse_cell(cell)
             try:
-                hf_rows[(bs, ctx)] = hf_cell(hf, bs, ctx, ours_args.hf_steps, device)
+                r = bob.run_hf(hf, bs, ctx, ours_args.hf_steps, 1, device, "static")
+                hf_rows[(bs, ctx)] = {"prefill_s": r.prefill_s, "step_s": r.decode_step_s}
                 print(f"[hf] {bs}x{ctx}: {hf_rows[(bs, ctx)]}", flush=True)
             except torch.OutOfMemoryError:
                 print(f"[hf] {bs}x{ctx}: out of memory", flush=True)

@@ -246,9 +246,18 @@ def load_hf(model_path: str, device: str, dtype: torch.dtype):
     return model.eval()
 
 
-def run_hf(model, bs: int, input_len: int, output_len: int, seed: int, device: str) -> Result:
+def run_hf(
+    model,
+    bs: int,
+    input_len: int,
+    output_len: int,
+    seed: int,
+    device: str,
+    cache_implementation: Optional[str] = None,
+) -> Result:
     """generate() with max_new_tokens 1 (prefill) and output_len (greedy, no early stop); the decode
-    step is the difference over output_len - 1 steps."""
+    step is the difference over output_len - 1 steps. Both lengths run once untimed first: a static
+    cache (cache_implementation="static") is sized by them and compiles per size."""
     vocab = model.config.vocab_size
     ids = random_prompts(bs, input_len, vocab, seed).to(device)
     mask = torch.ones_like(ids)
@@ -261,10 +270,12 @@ def run_hf(model, bs: int, input_len: int, output_len: int, seed: int, device: s
             min_new_tokens=n,
             do_sample=False,
             pad_token_id=0,
+            cache_implementation=cache_implementation,
         )
 
     with torch.no_grad():
-        gen(2)  # warm-up
+        for n in sorted({1, max(output_len, 2)}):
+            gen(n)  # warm-up
         t1 = timed(lambda: gen(1), device)
         res = Result("hf", bs, input_len, output_len, t1)
         if output_len > 1:

@@ -37,16 +37,27 @@ class SeparateReasoningBody(_Body):
     reasoning_parser: Optional[str] = None  # the server's --reasoning-parser when unset
 
 
+def _parser_name(
+    requested: Optional[str], server_default: Optional[str], choices: List[str], field: str
+) -> str:
+    """The request's parser, else the server's flag; a name outside the choices is a 400."""
+    name = requested or server_default
+    if name not in choices:
+        raise ApiError(400, f"{field} must be one of {choices}", field)
+    return name
+
+
 def add_parser_routes(app: FastAPI, state: ServerState) -> None:
     @app.post("/parse_function_call", openapi_extra=route_doc(ParseFunctionCallBody))
     async def parse_function_call(request: Request) -> Response:
         try:
             body = ParseFunctionCallBody.model_validate(await read_json(request))
-            name = body.tool_call_parser or state.server_args.tool_call_parser
-            if name not in TOOL_CALL_PARSERS:
-                raise ApiError(
-                    400, f"tool_call_parser must be one of {TOOL_CALL_PARSERS}", "tool_call_parser"
-                )
+            name = _parser_name(
+                body.tool_call_parser,
+                state.server_args.tool_call_parser,
+                TOOL_CALL_PARSERS,
+                "tool_call_parser",
+            )
             tok = state.tm.tokenizer
             fmt = resolve_format(name, getattr(tok, "chat_template", None) if tok else None)
             names = [t.function.name for t in body.tools] if body.tools else None
@@ -68,11 +79,12 @@ def add_parser_routes(app: FastAPI, state: ServerState) -> None:
     async def separate_reasoning_route(request: Request) -> Response:
         try:
             body = SeparateReasoningBody.model_validate(await read_json(request))
-            name = body.reasoning_parser or state.server_args.reasoning_parser
-            if name not in REASONING_PARSERS:
-                raise ApiError(
-                    400, f"reasoning_parser must be one of {REASONING_PARSERS}", "reasoning_parser"
-                )
+            name = _parser_name(
+                body.reasoning_parser,
+                state.server_args.reasoning_parser,
+                REASONING_PARSERS,
+                "reasoning_parser",
+            )
             style = STYLES[name]
             reasoning, content = separate_reasoning(body.text, style, style.starts_in_reasoning)
         except (ApiError, ValidationError, ValueError) as e:

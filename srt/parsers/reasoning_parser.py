@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
+from sglang.srt.parsers.partial_tag import cut_tag_len
+
 THINK_START = "<think>"
 THINK_END = "</think>"
 
@@ -87,16 +89,9 @@ class ReasoningStream:
             self.state = "content"
             self.after_reasoning = True
             return
-        keep = 0 if final else _cut_tag_len(self.buf, end)
+        keep = 0 if final else cut_tag_len(self.buf, end)
         out.reasoning += self.buf[: len(self.buf) - keep]
         self.buf = self.buf[len(self.buf) - keep :]
-
-
-def _cut_tag_len(text: str, tag: str) -> int:
-    for n in range(min(len(tag) - 1, len(text)), 0, -1):
-        if tag.startswith(text[-n:]):
-            return n
-    return 0
 
 
 def separate_reasoning(

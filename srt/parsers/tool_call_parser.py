@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional, Sequence
 
 from sglang.srt.parsers.json_scan import ObjectScan, scan_object, skip_ws
+from sglang.srt.parsers.partial_tag import cut_tag_len
 from sglang.srt.parsers.tool_formats import BROKEN, END, ToolFormat
 
 _NAME_KEYS = ("name",)
@@ -246,12 +247,7 @@ class ToolCallStream:
     def _held_back(self) -> int:
         """Characters at the end that may be the start of a marker (or trailing space before one)."""
         text = self.text
-        held = 0
-        for m in self.fmt.markers:
-            for n in range(min(len(m) - 1, len(text)), 0, -1):
-                if m.startswith(text[-n:]):
-                    held = max(held, n)
-                    break
+        held = max((cut_tag_len(text, m) for m in self.fmt.markers), default=0)
         stripped = len(text) - held
         return len(text) - len(text[:stripped].rstrip())
 

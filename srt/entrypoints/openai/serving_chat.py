@@ -196,7 +196,7 @@ class OpenAIServingChat(OpenAIServingBase):
 
 def _check_tool_choice(req: ChatCompletionRequest, choice: Any) -> None:
     names = [t.function.name for t in req.tools or []]
-    if choice in ("required",) or isinstance(choice, NamedToolChoice):
+    if choice == "required" or isinstance(choice, NamedToolChoice):
         if not names:
             raise ApiError(400, "tool_choice requires `tools`.", "tool_choice")
     if isinstance(choice, NamedToolChoice) and choice.function.name not in names:

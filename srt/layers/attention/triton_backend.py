@@ -89,7 +89,7 @@ class TritonAttnBackend(AttentionBackend):
         pool = getattr(model_runner, "req_to_token_pool", None)
         self.req_to_token = pool.req_to_token if pool is not None else None
         self.decode_meta: Optional[DecodeMetadata] = None
-        self._graph_meta: Optional[bool] = None  # set when the graph workspaces exist
+        self._graph_logits: Optional[torch.Tensor] = None  # init_cuda_graph_state's workspaces
 
     # ------------------------------------------------------------------ per pass
     def splits_cap(self, bs: int) -> int:
@@ -238,10 +238,9 @@ class TritonAttnBackend(AttentionBackend):
         self._graph_splits = torch.empty(max_bs, dtype=torch.int32, device=self.device)
         self._graph_logits = torch.empty(rows * self.num_heads * self.v_head_dim, **f32)
         self._graph_lse = torch.empty(rows * self.num_heads, **f32)
-        self._graph_meta = True
 
     def _graph_views(self, bs: int) -> DecodeMetadata:
-        assert self._graph_meta is not None, "init_cuda_graph_state was not called"
+        assert self._graph_logits is not None, "init_cuda_graph_state was not called"
         cap, H, Dv = self.splits_cap(bs), self.num_heads, self.v_head_dim
         return DecodeMetadata(
             self._graph_splits[:bs],
