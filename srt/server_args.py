@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 import os
 import tempfile
@@ -31,6 +32,7 @@ def _f(default: Any, help: str, choices: Optional[List[Any]] = None, **kw: Any) 
 ATTENTION_BACKENDS = ["torch_native", "triton"]
 SCHEDULE_POLICIES = ["fcfs", "lpm", "dfs-weight", "lof", "random"]
 EVICTION_POLICIES = ["lru", "lfu", "fifo", "mru", "filo", "priority"]
+HICACHE_WRITE_POLICIES = ["write_through", "write_through_selective", "write_back"]
 # The parsers' own registries (srt/parsers) are checked against these names by the tests.
 TOOL_CALL_PARSERS = ["auto", "qwen", "qwen25", "hermes", "llama3", "mistral"]
 REASONING_PARSERS = ["deepseek-r1", "qwen3", "qwen3-thinking"]
@@ -180,6 +182,48 @@ class ServerArgs:
         16, "HTTP-side wake-ups per group before yielding to the event loop."
     )
     decode_log_interval: int = _f(40, "Log a decode line every N decode steps.")
+
+    # ---- hierarchical cache (HiCache) ----
+    enable_hierarchical_cache: bool = _f(
+        False,
+        "Keep KV evicted from the device pool in a host-memory pool (and optionally a storage "
+        "tier) and copy it back when a prompt matches it again.",
+    )
+    hicache_ratio: float = _f(
+        2.0, "Host pool size as a multiple of the device pool (--hicache-size wins when set)."
+    )
+    hicache_size: int = _f(0, "Host pool size in GB; 0: use --hicache-ratio.")
+    hicache_write_policy: str = _f(
+        "write_through",
+        "When device KV is copied to the host pool: write_through at its first use, "
+        "write_through_selective at its second, write_back only when it is evicted.",
+        HICACHE_WRITE_POLICIES,
+    )
+    hicache_io_backend: str = _f(
+        "kernel",
+        "Host<->device copies on CUDA: kernel (a gather/scatter kernel reading pinned host "
+        "memory directly) or direct (torch copies through a staging buffer).",
+        ["direct", "kernel"],
+    )
+    hicache_mem_layout: str = _f(
+        "layer_first", "Host pool layout (layer_first is built).", ["layer_first"]
+    )
+    hicache_storage_backend: Optional[str] = _f(
+        None,
+        "A third tier under the host pool: file (a directory of per-block files keyed by a hash "
+        "of the token prefix; $SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR or the extra config's "
+        "storage_dir, default /tmp/hicache).",
+        ["file"],
+    )
+    hicache_storage_prefetch_policy: str = _f(
+        "timeout",
+        "How long a request waits for its storage prefetch: best_effort (not at all), "
+        "wait_complete (until done), timeout (1 s + 0.25 s per 1,024 tokens).",
+        ["best_effort", "wait_complete", "timeout"],
+    )
+    hicache_storage_backend_extra_config: Optional[str] = _f(
+        None, 'JSON object for the storage backend, e.g. {"storage_dir": "/data/kv"}.'
+    )
 
     # ---- kernels and graphs ----
     attention_backend: Optional[str] = _f(
@@ -333,6 +377,33 @@ class ServerArgs:
             self.priority_scheduling_preemption_threshold >= 0,
             "--priority-scheduling-preemption-threshold must be >= 0",
         )
+        if self.enable_hierarchical_cache:
+            need(
+                not self.disable_radix_cache,
+                "--enable-hierarchical-cache needs the radix cache (drop --disable-radix-cache)",
+            )
+            need(
+                math.isfinite(self.hicache_ratio) and self.hicache_ratio > 0,
+                f"--hicache-ratio must be > 0, got {self.hicache_ratio}",
+            )
+            need(self.hicache_size >= 0, "--hicache-size must be >= 0 (GB; 0 uses the ratio)")
+            if self.hicache_storage_backend is not None:
+                need(
+                    self.tp_size == 1,
+                    "--hicache-storage-backend with --tp-size > 1 is not built "
+                    "(the host tier alone works with tensor parallelism)",
+                )
+            if self.hicache_storage_backend_extra_config:
+                try:
+                    extra = json.loads(self.hicache_storage_backend_extra_config)
+                    need(
+                        isinstance(extra, dict),
+                        "--hicache-storage-backend-extra-config must be a JSON object",
+                    )
+                except json.JSONDecodeError as e:
+                    errs.append(f"--hicache-storage-backend-extra-config is not JSON: {e}")
+        elif self.hicache_storage_backend is not None:
+            errs.append("--hicache-storage-backend needs --enable-hierarchical-cache")
         if errs:
             raise ValueError("Invalid server arguments:\n  " + "\n  ".join(errs))
 

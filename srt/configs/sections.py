@@ -4,6 +4,8 @@ every section is built from it."""
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
 from typing import Optional
 
@@ -78,4 +80,45 @@ class ParallelSection:
     def of(sa: ServerArgs) -> "ParallelSection":
         return ParallelSection(
             sa.tp_size, sa.dp_size, sa.dist_init_addr, sa.dist_timeout, sa.force_distributed
+        )
+
+
+# What SGLang calls the write-through threshold: a node is copied to the host at this many hits.
+WRITE_THROUGH_THRESHOLDS = {"write_through": 1, "write_through_selective": 2}
+DEFAULT_HICACHE_STORAGE_DIR = "/tmp/hicache"
+
+
+@dataclass(frozen=True)
+class HiCacheSection:
+    """The hierarchical cache: a host pool under the device pool, and an optional storage tier."""
+
+    ratio: float
+    size_gb: int
+    write_policy: str
+    io_backend: str
+    storage_backend: Optional[str]
+    prefetch_policy: str
+    storage_dir: str
+
+    @property
+    def write_through_threshold(self) -> Optional[int]:
+        """Hits at which a node is copied down; None under write_back (copied only when evicted)."""
+        return WRITE_THROUGH_THRESHOLDS.get(self.write_policy)
+
+    @staticmethod
+    def of(sa: ServerArgs) -> Optional["HiCacheSection"]:
+        if not sa.enable_hierarchical_cache:
+            return None
+        extra = json.loads(sa.hicache_storage_backend_extra_config or "{}")
+        storage_dir = extra.get("storage_dir") or os.environ.get(
+            "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR", DEFAULT_HICACHE_STORAGE_DIR
+        )
+        return HiCacheSection(
+            ratio=sa.hicache_ratio,
+            size_gb=sa.hicache_size,
+            write_policy=sa.hicache_write_policy,
+            io_backend=sa.hicache_io_backend,
+            storage_backend=sa.hicache_storage_backend,
+            prefetch_policy=sa.hicache_storage_prefetch_policy,
+            storage_dir=storage_dir,
         )

@@ -22,12 +22,16 @@ class MatchResult:
     """The longest cached prefix of a key.
 
     device_indices: KV slots of the matched tokens (int64, CPU), in token order.
-    last_node: the deepest tree node of the match (the root when nothing matched); lock it with
-        inc_lock_ref to keep the prefix from being evicted while a request uses it.
+    last_node: the deepest tree node of the match on the device (the root when nothing matched);
+        lock it with inc_lock_ref to keep the prefix from being evicted while a request uses it.
+    last_host_node / host_hit_length: with a host tier (HiCache), the match goes on through nodes
+        whose KV is in host memory only: host_hit_length more tokens, ending at last_host_node.
     """
 
     device_indices: torch.Tensor
     last_node: Any
+    last_host_node: Any = None
+    host_hit_length: int = 0
 
 
 def empty_indices() -> torch.Tensor:
@@ -90,3 +94,14 @@ class BasePrefixCache(ABC):
 
     @abstractmethod
     def pretty_print(self) -> str: ...
+
+    # Hooks of a cache with lower tiers (HiCache); a one-tier cache has nothing to do.
+    def on_batch_launched(self) -> None:  # noqa: B027 - optional hook
+        """A forward pass was queued: KV inserted while building it is now on its way."""
+
+    def poll(self) -> None:  # noqa: B027 - optional hook
+        """Once per scheduler pass: collect finished background work."""
+
+    def busy(self) -> bool:
+        """Background work in flight (the idle check waits for it)."""
+        return False

@@ -42,6 +42,8 @@ class TreeNode:
         "creation_time",
         "hit_count",
         "priority",
+        "host_value",
+        "host_ref",
     )
 
     _ids = itertools.count()
@@ -66,10 +68,19 @@ class TreeNode:
         self.creation_time = now
         self.hit_count = 0
         self.priority = priority
+        # HiCache: host pool slots holding a copy of this node's KV, and the background work
+        # (storage writes) reading them.
+        self.host_value: Optional[torch.Tensor] = None
+        self.host_ref = 0
 
     @property
     def evicted(self) -> bool:
+        """No KV on the device (with HiCache it may still be in host memory)."""
         return self.value is None
+
+    @property
+    def backuped(self) -> bool:
+        return self.host_value is not None
 
     def __repr__(self) -> str:
         head = self.key[:8]
