@@ -26,6 +26,22 @@ CONFIGS = {
     ),
     "overlap-mixed-chunk8": dict(enable_mixed_chunk=True, chunked_prefill_size=8),
     "overlap-lpm": dict(schedule_policy="lpm", chunked_prefill_size=16),
+    # HiCache: the host tier under the tiny pool, each write policy.
+    "overlap-hicache": dict(enable_hierarchical_cache=True, hicache_ratio=1.5),
+    "plain-hicache-writeback-page4-chunk16": dict(
+        disable_overlap_schedule=True,
+        enable_hierarchical_cache=True,
+        hicache_write_policy="write_back",
+        page_size=4,
+        chunked_prefill_size=16,
+    ),
+    "overlap-hicache-selective-mixed-smallhost": dict(
+        enable_hierarchical_cache=True,
+        hicache_write_policy="write_through_selective",
+        enable_mixed_chunk=True,
+        chunked_prefill_size=8,
+        hicache_ratio=0.5,
+    ),
 }
 POOL = 192
 _rid = itertools.count()

@@ -69,6 +69,9 @@ class ForwardBatch:
     req_to_token_pool: Any = None
     token_to_kv_pool: Any = None
     attn_backend: Any = None
+    # HiCache: copies into this pass's prefix slots, one event per layer (CUDA); attention at
+    # layer i waits for copy i only.
+    kv_layer_waits: Any = None
     # Set by the CUDA-graph runner when padding the batch.
     num_padded: int = 0
     # Decode: the device block [positions; req_pool_indices; seq_lens; out_cache_loc] ([4, bs] int64)

@@ -74,6 +74,10 @@ class Req:
         self.prefix_indices: torch.Tensor = torch.empty(0, dtype=torch.int64)
         self.extend_input_len = 0
         self.last_node: Any = None
+        # HiCache: the match goes on for host_hit_length tokens held in host memory only, ending at
+        # last_host_node; admission copies them back (see PrefillAdder).
+        self.host_hit_length = 0
+        self.last_host_node: Any = None
         self.req_pool_idx: Optional[int] = None
         self.cache_protected_len = 0
         self.kv_committed_len = 0
@@ -87,6 +91,13 @@ class Req:
         # Prefix-cache accounting reported to the client.
         self.cached_tokens = 0
         self.already_computed = 0
+        # Of cached_tokens, those copied back from host memory and, of those, read from storage.
+        self.cached_host_tokens = 0
+        self.cached_storage_tokens = 0
+        # HiCache storage: the prefetch reading this prompt's blocks (while it waits), and how many
+        # tokens the finished prefetch brought into host memory.
+        self.prefetch: Any = None
+        self.storage_hit_tokens = 0
         # --enable-cache-report: where the first prefill left the cache (sent once, then None).
         self.prompt_break: Optional[PromptBreak] = None
         self.prompt_break_sent = False
@@ -171,12 +182,18 @@ class Req:
             res = tree_cache.match_prefix(self.fill_ids[:max_prefix], extra_key=self.extra_key)
             self.prefix_indices = res.device_indices
             self.last_node = res.last_node
+            self.host_hit_length = res.host_hit_length
+            self.last_host_node = res.last_host_node
             self.cache_protected_len = len(self.prefix_indices)
+        else:
+            self.host_hit_length = 0
         self.extend_input_len = len(self.fill_ids) - len(self.prefix_indices)
 
     def reset_for_retract(self) -> None:
         self.prefix_indices = torch.empty(0, dtype=torch.int64)
         self.last_node = None
+        self.host_hit_length = 0
+        self.last_host_node = None
         self.cache_protected_len = 0
         self.kv_committed_len = 0
         self.kv_allocated_len = 0

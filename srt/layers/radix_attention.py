@@ -32,6 +32,12 @@ class RadixAttention(nn.Module):
         self.layer_id = layer_id
         self.logit_cap = logit_cap
 
+    def wait_for_kv(self, forward_batch: "ForwardBatch") -> None:
+        """HiCache loads: this layer's KV copies must land before the layer touches the pool
+        (waiting twice on one event is free)."""
+        if forward_batch.kv_layer_waits is not None:
+            forward_batch.kv_layer_waits.wait_layer(self.layer_id)
+
     def forward(
         self,
         q: torch.Tensor,
@@ -40,6 +46,7 @@ class RadixAttention(nn.Module):
         forward_batch: "ForwardBatch",
         save_kv_cache: bool = True,
     ) -> torch.Tensor:
+        self.wait_for_kv(forward_batch)
         k = k.view(-1, self.tp_k_head_num, self.head_dim)
         v = v.view(-1, self.tp_v_head_num, self.v_head_dim)
         return forward_batch.attn_backend.forward(q, k, v, self, forward_batch, save_kv_cache)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 import torch
 
@@ -105,3 +105,7 @@ class BasePrefixCache(ABC):
     def busy(self) -> bool:
         """Background work in flight (the idle check waits for it)."""
         return False
+
+    def tier_stats(self) -> Dict[str, float]:
+        """Numbers of the lower tiers (host pool use, bytes moved); empty for a one-tier cache."""
+        return {}

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 import torch
 
@@ -75,6 +75,7 @@ class HiRadixCache(RadixCache):
         self._ready_writes: List[_PendingWrite] = []
         self._unready_writes: List[_PendingWrite] = []
         self._building = False  # inside cache_unfinished_req: new KV not computed yet
+        self._finishing = False  # inside cache_finished_req
         self.host_pool.clear()
         if getattr(self, "storage", None) is not None:
             self.storage.reset()
@@ -87,6 +88,18 @@ class HiRadixCache(RadixCache):
 
     def host_total_size(self) -> int:
         return self.host_pool.size
+
+    def host_accounting(self) -> Tuple[int, int, int, int, int]:
+        """(available, evictable, protected, held by storage reads in flight, total) host slots;
+        the first four always sum to the total."""
+        owned = self.storage.owned_host_slots() if self.storage is not None else 0
+        return (
+            self.host_pool.available_size(),
+            self._host_evictable_size,
+            self._host_protected_size,
+            owned,
+            self.host_pool.size,
+        )
 
     # ------------------------------------------------------------------ status sets
     def _update_leaf_status(self, node: TreeNode) -> None:
@@ -230,7 +243,7 @@ class HiRadixCache(RadixCache):
         return leaf
 
     def _touch(self, node: TreeNode, priority: Optional[int], chunked: bool) -> None:
-        super()._touch(node, priority, chunked)
+        super()._touch(node, priority, chunked or self._finishing)
         self._maybe_write_through(node)
 
     def cache_unfinished_req(self, req: "Req", chunked: bool = False) -> None:
@@ -240,6 +253,15 @@ class HiRadixCache(RadixCache):
             super().cache_unfinished_req(req, chunked)
         finally:
             self._building = False
+
+    def cache_finished_req(self, req: "Req", is_insert: bool = True) -> None:
+        # The request inserted its prompt when admitted: walking it again is not a second use
+        # (write_through_selective counts uses by different requests).
+        self._finishing = True
+        try:
+            super().cache_finished_req(req, is_insert)
+        finally:
+            self._finishing = False
 
     # ------------------------------------------------------------------ writes down
     def _maybe_write_through(self, node: TreeNode) -> None:
@@ -493,6 +515,27 @@ class HiRadixCache(RadixCache):
         return pos - start
 
     # ------------------------------------------------------------------ inspection
+    def tier_stats(self) -> Dict[str, float]:
+        t = self.transfer.poll_stats()
+        total = self.host_pool.size
+        used = total - self.host_pool.available_size()
+        out = {
+            "hicache_host_total_tokens": float(total),
+            "hicache_host_used_tokens": float(used),
+            "hicache_host_usage": used / total if total else 0.0,
+            "hicache_host_available_tokens": float(self.host_pool.available_size()),
+            "hicache_host_evictable_tokens": float(self._host_evictable_size),
+            "hicache_host_protected_tokens": float(self._host_protected_size),
+            "hicache_load_back_tokens_total": float(t.loaded_tokens),
+            "hicache_load_back_bytes_total": float(t.loaded_bytes),
+            "hicache_write_tokens_total": float(t.written_tokens),
+            "hicache_write_bytes_total": float(t.written_bytes),
+            "hicache_load_back_seconds_total": t.load_time_s,
+        }
+        if self.storage is not None:
+            out.update(self.storage.stats())
+        return out
+
     def _recompute_sizes(self) -> Tuple[int, int]:
         evictable = protected = 0
         for node, _ in self._iter_nodes():

@@ -71,4 +71,50 @@ SCHEDULER_METRICS: Dict[str, SchedulerMetricSpec] = {
     "max_total_num_tokens": SchedulerMetricSpec(
         "sglang:max_total_num_tokens", "gauge", "KV pool size in tokens."
     ),
+    # Prompt tokens served from the cache since startup, by the tier they were found in.
+    "cached_tokens_device_total": SchedulerMetricSpec(
+        "sglang:cached_tokens_device_total", "counter", "Cached prompt tokens found on the device."
+    ),
+    "cached_tokens_host_total": SchedulerMetricSpec(
+        "sglang:cached_tokens_host_total",
+        "counter",
+        "Cached prompt tokens copied back from host memory (HiCache).",
+    ),
+    "cached_tokens_storage_total": SchedulerMetricSpec(
+        "sglang:cached_tokens_storage_total",
+        "counter",
+        "Cached prompt tokens read from the storage tier (HiCache), then copied back.",
+    ),
+    "hicache_host_total_tokens": SchedulerMetricSpec(
+        "sglang:hicache_host_total_tokens", "gauge", "HiCache host pool size in tokens (0: off)."
+    ),
+    "hicache_host_used_tokens": SchedulerMetricSpec(
+        "sglang:hicache_host_used_tokens", "gauge", "HiCache host pool slots holding KV."
+    ),
+    "hicache_host_usage": SchedulerMetricSpec(
+        "sglang:hicache_host_usage", "gauge", "HiCache host pool fraction holding KV."
+    ),
+    "hicache_load_back_bytes_total": SchedulerMetricSpec(
+        "sglang:hicache_load_back_bytes_total",
+        "counter",
+        "KV bytes copied from host memory back to the device.",
+    ),
+    "hicache_write_bytes_total": SchedulerMetricSpec(
+        "sglang:hicache_write_bytes_total",
+        "counter",
+        "KV bytes copied from the device to host memory.",
+    ),
+    "hicache_load_back_seconds_total": SchedulerMetricSpec(
+        "sglang:hicache_load_back_seconds_total",
+        "counter",
+        "Time the host-to-device copies took (device time on CUDA).",
+    ),
+    "hicache_storage_read_blocks_total": SchedulerMetricSpec(
+        "sglang:hicache_storage_read_blocks_total", "counter", "Blocks read from the storage tier."
+    ),
+    "hicache_storage_write_blocks_total": SchedulerMetricSpec(
+        "sglang:hicache_storage_write_blocks_total",
+        "counter",
+        "Blocks written to the storage tier.",
+    ),
 }

@@ -242,6 +242,8 @@ class ModelRunner:
         fb.token_to_kv_pool = self.token_to_kv_pool
         fb.attn_backend = self.attn_backend
         if self.graph_runner is not None and self.graph_runner.can_run(fb):
+            if fb.kv_layer_waits is not None:  # a replayed graph has no per-layer hook
+                fb.kv_layer_waits.wait_all()
             return self.graph_runner.replay(fb)
         self.attn_backend.init_forward_metadata(fb)
         return self.model.forward(fb.input_ids, fb.positions, fb)

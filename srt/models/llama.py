@@ -76,6 +76,8 @@ class LlamaAttention(nn.Module):
             n = q.shape[0]
             q = self.q_norm(q.reshape(-1, self.head_dim)).view(n, -1)
             k = self.k_norm(k.reshape(-1, self.head_dim)).view(n, -1)
+        # Copies into this pass's slots (HiCache) land before the fused store writes beside them.
+        self.attn.wait_for_kv(forward_batch)
         target = forward_batch.attn_backend.kv_store_target(self.attn, forward_batch)
         if target is not None and self.rotary_emb.forward_and_store(positions, q, k, v, target):
             o = self.attn(q, k, v, forward_batch, save_kv_cache=False)  # K/V already in the pool

@@ -8,6 +8,23 @@ from typing import Any, Callable, Dict, List, Optional
 from sglang.srt.core.prompt_break import PromptBreak
 
 
+@dataclass(frozen=True)
+class CachedTokensDetails:
+    """Where a request's cached prompt tokens were found (HiCache): on the device, copied back
+    from host memory, or read from the storage tier (then copied back)."""
+
+    device: int
+    host: int
+    storage: int
+
+    @classmethod
+    def of(cls, cached: int, host_and_storage: int, storage: int) -> "CachedTokensDetails":
+        return cls(cached - host_and_storage, host_and_storage - storage, storage)
+
+    def to_dict(self) -> Dict[str, int]:
+        return {"device": self.device, "host": self.host, "storage": self.storage}
+
+
 @dataclass(kw_only=True)
 class BatchOutputCommon:
     """Per-request lists in the same order as rids."""
@@ -27,6 +44,8 @@ class BatchOutputCommon:
     output_top_logprobs: List[Optional[List[Any]]] = field(default_factory=list)
     # --enable-cache-report: each request's break, in the first message after its first prefill.
     prompt_breaks: List[Optional[PromptBreak]] = field(default_factory=list)
+    # With HiCache: the split of cached_tokens by tier (None without).
+    cached_tokens_details: List[Optional[CachedTokensDetails]] = field(default_factory=list)
     queue_times: List[Optional[float]] = field(default_factory=list)
     first_token_times: List[Optional[float]] = field(default_factory=list)
 

@@ -9,6 +9,7 @@ import msgspec
 
 from sglang.srt.core import finish_reason, prompt_break
 from sglang.srt.core.io_struct import (
+    batch_output,
     to_detokenizer,
     to_dp_controller,
     to_launcher,
@@ -20,6 +21,7 @@ from sglang.srt.core.sampling_params import SamplingParams
 _TYPES: Dict[str, Type] = {
     name: obj
     for module in (
+        batch_output,
         to_scheduler,
         to_detokenizer,
         to_tokenizer,

@@ -5,6 +5,7 @@ and every request row is free. A violation is a leak (or a double free): log it 
 from __future__ import annotations
 
 import logging
+from typing import List, Optional
 
 from sglang.srt.managers.scheduler.scheduler_state import KVPools, SchedulerState
 
@@ -25,21 +26,39 @@ class InvariantChecker:
 
     def pool_state(self) -> tuple:
         p = self.pools
+        host = getattr(p.tree_cache, "host_accounting", None)
         return (
             p.allocator.available_size(),
             p.tree_cache.evictable_size(),
             p.tree_cache.protected_size(),
             p.req_to_token_pool.available_size(),
+            host() if host is not None else None,
         )
+
+    @staticmethod
+    def host_problems(host: Optional[tuple], idle: bool) -> List[str]:
+        """The host pool (HiCache): every slot free, a copy in the tree, or read by storage."""
+        if host is None:
+            return []
+        avail, evictable, protected, owned, total = host
+        out = []
+        if avail + evictable + protected + owned != total:
+            out.append(
+                f"host available {avail} + evictable {evictable} + protected {protected} + "
+                f"in flight {owned} != host total {total}"
+            )
+        if idle and (protected or owned):
+            out.append(f"host protected {protected} / in flight {owned} != 0 while idle")
+        return out
 
     def check_idle(self) -> None:
         st = self.pool_state()
         if st == self._last_ok_state:
             return  # nothing moved since the last passing check
         p, total = self.pools, self.pools.max_total_num_tokens
-        avail, evictable, protected, free_rows = st
+        avail, evictable, protected, free_rows, host = st
         self.num_checks += 1
-        problems = []
+        problems = self.host_problems(host, idle=True)
         if avail + evictable + protected != total:
             problems.append(
                 f"available {avail} + evictable {evictable} + protected {protected} != total {total}"
@@ -66,7 +85,12 @@ class InvariantChecker:
         for r in self.state.rid_to_req.values():
             if r.req_pool_idx is not None:
                 owned += (r.kv_allocated_len + ps - 1) // ps * ps - r.cache_protected_len
-        avail, evictable, protected, _ = self.pool_state()
+        avail, evictable, protected, _, host = self.pool_state()
+        host_problems = self.host_problems(host, idle=False)
+        if host_problems:
+            msg = "HiCache host accounting broken mid-flight: " + "; ".join(host_problems)
+            logger.error(msg)
+            raise MemoryLeakError(msg)
         if avail + evictable + protected + owned != total:
             holders = [
                 (r.rid, r.kv_allocated_len, r.kv_committed_len, r.cache_protected_len)

@@ -10,6 +10,7 @@ from typing import List, Optional
 
 import zmq
 
+from sglang.srt.core.io_struct.batch_output import CachedTokensDetails
 from sglang.srt.core.io_struct.ipc import send_obj
 from sglang.srt.core.io_struct.to_detokenizer import BatchTokenIDOutput
 from sglang.srt.core.req import Req, ReqStatus
@@ -28,6 +29,7 @@ class OutputStreamer:
         self.serializer = serializer
         self.tokenizer = tokenizer
         self.stream_interval = stream_interval
+        self.report_cache_tiers = False  # HiCache: send cached_tokens_details
 
     def stream_output(self, reqs: List[Req]) -> None:
         if self.sock is None:
@@ -82,6 +84,13 @@ class OutputStreamer:
         out.prompt_tokens.append(len(req.origin_input_ids))
         out.completion_tokens.append(len(req.output_ids))
         out.cached_tokens.append(req.cached_tokens)
+        out.cached_tokens_details.append(
+            CachedTokensDetails.of(
+                req.cached_tokens, req.cached_host_tokens, req.cached_storage_tokens
+            )
+            if self.report_cache_tiers
+            else None
+        )
         out.retraction_counts.append(req.retraction_count)
         send_break = req.prompt_break is not None and not req.prompt_break_sent
         out.prompt_breaks.append(req.prompt_break if send_break else None)

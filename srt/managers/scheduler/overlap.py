@@ -12,7 +12,7 @@ from __future__ import annotations
 import concurrent.futures
 import math
 from dataclasses import dataclass
-from typing import Callable, List, Optional
+from typing import Any, Callable, List, Optional
 
 import torch
 
@@ -157,6 +157,11 @@ class BatchLauncher:
             if overlap and self.device == "cpu"
             else None
         )
+
+    def device_work_executor(self) -> Optional[Callable[[Callable[[], None]], Any]]:
+        """Where other device work queues in order with the passes: the CPU overlap loop's forward
+        worker (None: run it at once, as the plain loop and CUDA streams allow)."""
+        return self._pool.submit if self._pool is not None else None
 
     def launch(
         self,

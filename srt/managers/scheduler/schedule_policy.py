@@ -7,6 +7,8 @@ from collections import defaultdict
 from enum import Enum, auto
 from typing import Dict, List, Optional, Set
 
+import torch
+
 from sglang.srt.core.req import Req
 from sglang.srt.managers.scheduler.priority import PriorityOrder
 from sglang.srt.mem_cache.radix_cache import RadixCache
@@ -176,6 +178,8 @@ class PrefillAdder:
         self.new_chunked_req: Optional[Req] = None
         self.log_hit_tokens = 0
         self.log_input_tokens = 0
+        self.log_host_hit_tokens = 0  # of log_hit_tokens, copied back from host memory
+        self.log_storage_hit_tokens = 0  # of those, read from the storage tier first
         self.max_new_reqs = max_new_reqs
 
     # ---- budgets
@@ -242,34 +246,59 @@ class PrefillAdder:
     def add_one_req(self, req: Req, has_chunked_req: bool) -> AddReqResult:
         if self.max_new_reqs is not None and len(self.can_run_list) >= self.max_new_reqs:
             return AddReqResult.OTHER
+        # Tokens copied back from host memory need device slots (total) but no compute (input).
         total = req.extend_input_len + self._reserve(req) + self.page_size
         if total >= self.rem_total_tokens:
             return AddReqResult.NO_TOKEN
-        if self._ceil_page(req.extend_input_len) >= self.rem_input_tokens and self.can_run_list:
+        input_tokens = self._ceil_page(req.extend_input_len - req.host_hit_length)
+        if input_tokens >= self.rem_input_tokens and self.can_run_list:
             return AddReqResult.OTHER
         self.tree_cache.inc_lock_ref(req.last_node)
         if total >= self.rem_total_tokens:  # locking shrinks the evictable room
             self.tree_cache.dec_lock_ref(req.last_node)
             return AddReqResult.NO_TOKEN
+        if req.host_hit_length:
+            # The next pass waits for these copies whoever it runs, so a node loaded for a
+            # request turned away below is safe to evict and reuse.
+            self._load_back(req)
         input_tokens = self._ceil_page(req.extend_input_len)
         prefix_len = len(req.prefix_indices)
-        if self.rem_chunk_tokens is None or input_tokens <= self.rem_chunk_tokens:
+        whole = self.rem_chunk_tokens is None or input_tokens <= self.rem_chunk_tokens
+        if not whole and has_chunked_req:  # only one chunked request at a time
+            self.tree_cache.dec_lock_ref(req.last_node)
+            return AddReqResult.OTHER
+        if whole:
             self.can_run_list.append(req)
             self._update_budget(prefix_len, input_tokens, self._reserve(req))
         else:
-            if has_chunked_req:  # only one chunked request at a time
-                self.tree_cache.dec_lock_ref(req.last_node)
-                return AddReqResult.OTHER
             trunc = self._aligned_trunc(prefix_len, self.rem_chunk_tokens)
-            if trunc <= 0:
-                self.tree_cache.dec_lock_ref(req.last_node)
-                return AddReqResult.OTHER
             req.extend_input_len = trunc
             req.fill_ids = req.fill_ids[: prefix_len + trunc]
             self.can_run_list.append(req)
             self.new_chunked_req = req
             self._update_budget(prefix_len, trunc, 0)
         return self.budget_state()
+
+    def _load_back(self, req: Req) -> None:
+        """Copy the request's host-only prefix back to the device; the lock moves down to it."""
+        res = self.tree_cache.load_back(req.last_host_node)
+        req.host_hit_length = 0
+        if res is None:  # no device room after all: those tokens are computed instead
+            return
+        slots, node = res
+        self.tree_cache.inc_lock_ref(node)
+        self.tree_cache.dec_lock_ref(req.last_node)
+        req.last_node = node
+        req.prefix_indices = torch.cat([req.prefix_indices, slots])
+        req.cache_protected_len = len(req.prefix_indices)
+        req.extend_input_len -= len(slots)
+        from_storage = min(len(slots), req.storage_hit_tokens)
+        req.storage_hit_tokens = 0
+        if not req.was_retracted():
+            req.cached_storage_tokens += from_storage
+            req.cached_host_tokens += len(slots)
+        self.log_host_hit_tokens += len(slots)
+        self.log_storage_hit_tokens += from_storage
 
     def preempt_to_schedule(
         self, req: Req, running: List[Req], threshold: int, order: PriorityOrder

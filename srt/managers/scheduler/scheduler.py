@@ -160,6 +160,8 @@ class Scheduler:
             tree = ChunkCache(
                 mr.req_to_token_pool, mr.token_to_kv_pool_allocator, page_size=sa.page_size
             )
+        elif sa.enable_hierarchical_cache:
+            tree = self._make_hicache()
         else:
             from sglang.srt.mem_cache.radix_cache import RadixCache
 
@@ -176,6 +178,39 @@ class Scheduler:
             mr.max_total_num_tokens,
             sa.page_size,
             self.device,
+        )
+
+    def _make_hicache(self):
+        from sglang.srt.configs.sections import HiCacheSection
+        from sglang.srt.mem_cache.hicache_factory import make_hiradix_cache
+
+        mr, sa = self.model_runner, self.server_args
+        return make_hiradix_cache(
+            HiCacheSection.of(sa),
+            mr.req_to_token_pool,
+            mr.token_to_kv_pool_allocator,
+            mr.token_to_kv_pool,
+            mr.max_total_num_tokens,
+            sa.page_size,
+            sa.radix_eviction_policy,
+            model_fingerprint=self._model_fingerprint(),
+        )
+
+    def _model_fingerprint(self) -> str:
+        """What KV read back from storage must have been computed by (a shared directory may hold
+        several models' blocks)."""
+        cfg, mr = self.model_config, self.model_runner
+        return "|".join(
+            str(x)
+            for x in (
+                self.server_args.model_path,
+                cfg.num_hidden_layers,
+                cfg.head_dim,
+                cfg.kv_heads_per_rank(mr.tp_size),
+                mr.kv_dtype,
+                self.tp_rank,
+                mr.tp_size,
+            )
         )
 
     def _chunked_prefill_size(self) -> Optional[int]:
@@ -282,10 +317,15 @@ class Scheduler:
         )
         self.loop_prof = LoopProfiler()
         self.launcher = BatchLauncher(mr, self.future_map, self.overlap, self.loop_prof)
+        self.kv_transfer = getattr(pools.tree_cache, "transfer", None)
+        if self.kv_transfer is not None:
+            # On the CPU overlap loop, copies between the tiers queue on the forward worker.
+            self.kv_transfer.set_executor(self.launcher.device_work_executor())
         self.results = ResultProcessor(
             state, pools, self.streamer, self.stats, self.tokenizer, self.overlap, self.loop_prof
         )
         self.invariants = InvariantChecker(pools, state, sa.strict_memory_check)
+        self.streamer.report_cache_tiers = sa.enable_hierarchical_cache
         self._last_load: Optional[tuple] = None
         self.forward_ct = 0
 
@@ -328,11 +368,14 @@ class Scheduler:
     def step(self) -> None:
         """One iteration after intake: build a batch, launch it, process results (the previous pass's
         under the overlap loop, this one's under the plain loop)."""
+        tree = self.pools.tree_cache
+        tree.poll()
         with self.loop_prof.phase("build"):
             batch = self.get_next_batch_to_run()
         if batch is not None:
             with self.loop_prof.phase("launch"):
                 self.state.in_flight.append(self.launch_batch(batch))
+            tree.on_batch_launched()
         in_flight = self.state.in_flight
         keep = 1 if self.overlap and batch is not None else 0
         while len(in_flight) > keep:
@@ -354,6 +397,8 @@ class Scheduler:
     def launch_batch(self, batch: ScheduleBatch) -> LaunchedBatch:
         with self.loop_prof.phase("l.fb"):
             fb = batch.to_forward_batch()
+            if self.kv_transfer is not None:
+                fb.kv_layer_waits = self.kv_transfer.take_layer_waits()
         n_ext = (
             batch.batch_size() - len(batch.decoding_reqs) if batch.forward_mode.is_extend() else 0
         )
@@ -431,9 +476,13 @@ class Scheduler:
     def _is_fully_idle(self) -> bool:
         return not self.state.has_work() and not self.grammar.num_waiting()
 
+    def _is_settled(self) -> bool:
+        """Idle, and no background copy (HiCache) still holds slots."""
+        return self._is_fully_idle() and not self.pools.tree_cache.busy()
+
     def on_idle(self) -> None:
         """No batch this iteration; the invariant check and ratio reset need a fully idle system."""
-        if not self._is_fully_idle():
+        if not self._is_settled():
             return
         self.ratio.reset()
         if (
@@ -493,6 +542,7 @@ class Scheduler:
             "prefill_input_tokens_total": stats.total_prefill_input_tokens,
             "prefill_cached_tokens_total": stats.total_prefill_cached_tokens,
             "num_decode_steps": stats.num_decode_steps,
+            **stats.hicache_state(),
         }
 
 

@@ -16,6 +16,18 @@ from sglang.srt.metrics.scheduler_reporter import SchedulerMetricsReporter
 
 logger = logging.getLogger("sglang.scheduler")
 
+# The HiCache gauges and counters of /metrics (zero without HiCache).
+_TIER_METRICS = (
+    "hicache_host_total_tokens",
+    "hicache_host_used_tokens",
+    "hicache_host_usage",
+    "hicache_load_back_bytes_total",
+    "hicache_write_bytes_total",
+    "hicache_load_back_seconds_total",
+    "hicache_storage_read_blocks_total",
+    "hicache_storage_write_blocks_total",
+)
+
 
 @dataclass(frozen=True)
 class StartupNumbers:
@@ -56,6 +68,9 @@ class SchedulerStats:
         self._last_decode_end: Optional[float] = None
         self.total_prefill_input_tokens = 0
         self.total_prefill_cached_tokens = 0
+        # Of the cached tokens: copied back from host memory, and of those, read from storage.
+        self.total_prefill_host_tokens = 0
+        self.total_prefill_storage_tokens = 0
         self.metrics: Optional[SchedulerMetricsReporter] = None
 
     # ------------------------------------------------------------------ numbers
@@ -78,7 +93,25 @@ class SchedulerStats:
             "num_retracted_reqs": float(sum(1 for r in waiting if r.status is ReqStatus.RETRACTED)),
             "num_retracted_requests_total": float(self.num_retracted_total),
             "max_total_num_tokens": float(total),
+            **self._tier_numbers(),
         }
+
+    def _tier_numbers(self) -> Dict[str, float]:
+        host, storage = self.total_prefill_host_tokens, self.total_prefill_storage_tokens
+        out = {
+            "cached_tokens_device_total": float(self.total_prefill_cached_tokens - host),
+            "cached_tokens_host_total": float(host - storage),
+            "cached_tokens_storage_total": float(storage),
+        }
+        tiers = self.pools.tree_cache.tier_stats()
+        for key in _TIER_METRICS:
+            out[key] = tiers.get(key, 0.0)
+        return out
+
+    def hicache_state(self) -> Dict[str, float]:
+        """/server_info: the lower tiers' numbers (nothing without HiCache)."""
+        tiers = self.pools.tree_cache.tier_stats()
+        return {**tiers, **self._tier_numbers()} if tiers else {}
 
     # ------------------------------------------------------------------ lines
     def log_startup(self) -> None:
@@ -99,6 +132,8 @@ class SchedulerStats:
     def log_prefill(self, adder: PrefillAdder) -> None:
         self.total_prefill_input_tokens += adder.log_input_tokens
         self.total_prefill_cached_tokens += adder.log_hit_tokens
+        self.total_prefill_host_tokens += adder.log_host_hit_tokens
+        self.total_prefill_storage_tokens += adder.log_storage_hit_tokens
         if self.metrics is not None:
             self.metrics.maybe_push()
         if self.tp_rank != 0:

@@ -97,6 +97,9 @@ class ReqState:
             "num_retractions": out.retraction_counts[i],
             "weight_version": "default",
         }
+        details = out.cached_tokens_details[i] if out.cached_tokens_details else None
+        if details is not None:
+            meta["cached_tokens_details"] = details.to_dict()
         if self.prompt_break is not None:
             meta["prompt_break"] = self.prompt_break
         if self.req.return_logprob:
