@@ -222,7 +222,9 @@ class ServerArgs:
         ["best_effort", "wait_complete", "timeout"],
     )
     hicache_storage_backend_extra_config: Optional[str] = _f(
-        None, 'JSON object for the storage backend, e.g. {"storage_dir": "/data/kv"}.'
+        None,
+        'JSON object for the storage backend: "storage_dir", "prefetch_threshold" (tokens; '
+        'default 256), e.g. {"storage_dir": "/data/kv"}.',
     )
 
     # ---- kernels and graphs ----

@@ -5,11 +5,13 @@ scheduler whose pool never evicts."""
 from __future__ import annotations
 
 import itertools
+import json
+import time
 from typing import Dict, List
 
 import pytest
 
-from sglang.srt.core.io_struct.to_scheduler import TokenizedGenerateReqInput
+from sglang.srt.core.io_struct.to_scheduler import AbortReq, TokenizedGenerateReqInput
 from sglang.srt.core.sampling_params import SamplingParams
 from sglang.srt.managers.scheduler.scheduler import Scheduler
 from sglang.srt.server_args import ServerArgs
@@ -41,11 +43,13 @@ def run(sched: Scheduler, prompts: List[List[int]], max_new: int = 6) -> List[di
             TokenizedGenerateReqInput(rid=rid, input_ids=ids, sampling_params=sp)
         )
         req = sched.state.rid_to_req[rid]
-        for _ in range(500):
+        for _ in range(2000):
             sched.step()
             sched.invariants.check_busy()
             if req.finished() and sched._is_fully_idle():
                 break
+            if sched.state.last_batch is None:
+                time.sleep(0.002)  # waiting on a storage read: let its thread run
         assert req.finished()
         out.append(
             dict(
@@ -129,3 +133,76 @@ def test_flush_cache_empties_the_host_pool(tiny_models):
     assert ok
     info: Dict = sched.internal_state()
     assert info["hicache_host_used_tokens"] == 0 and info["evictable_tokens"] == 0
+
+
+# ---------------------------------------------------------------------------- storage tier
+LONG = 320  # over the 256-token prefetch threshold
+
+
+def storage_scheduler(tiny_models, storage_dir, policy="wait_complete", **kw) -> Scheduler:
+    return make_scheduler(
+        tiny_models,
+        max_total_tokens=1024,
+        enable_hierarchical_cache=True,
+        hicache_storage_backend="file",
+        hicache_storage_prefetch_policy=policy,
+        hicache_storage_backend_extra_config=json.dumps({"storage_dir": str(storage_dir)}),
+        **kw,
+    )
+
+
+def wait_storage_idle(sched: Scheduler) -> None:
+    for _ in range(2000):
+        sched.step()
+        if not sched.pools.tree_cache.busy():
+            return
+        time.sleep(0.005)
+    raise AssertionError("storage writes did not finish")
+
+
+@pytest.mark.parametrize("policy", ["wait_complete", "timeout", "best_effort"])
+def test_second_scheduler_reads_blocks_the_first_wrote(tiny_models, tmp_path, policy):
+    prompt = [5] * 8 + list(range(40, 40 + LONG - 8))
+    first = storage_scheduler(tiny_models, tmp_path, disable_overlap_schedule=True)
+    a = run(first, [prompt + [1, 2]])[0]
+    wait_storage_idle(first)
+    written = first.internal_state()["hicache_storage_write_blocks_total"]
+    assert written == (LONG + 2) // 64  # every whole block of the prompt (prefix) went down
+    files = list(tmp_path.rglob("*.kv"))
+    assert len(files) == written
+    second = storage_scheduler(tiny_models, tmp_path, policy=policy)
+    b = run(second, [prompt + [1, 2]])[0]
+    assert b["ids"] == a["ids"]
+    info = second.internal_state()
+    if policy == "best_effort":
+        # Admitted as soon as it could run: whatever the reader had finished by then.
+        assert info["hicache_storage_read_blocks_total"] >= 0
+    else:
+        blocks = info["hicache_storage_read_blocks_total"]
+        assert blocks == written and info["cached_tokens_storage_total"] == written * 64
+        assert b["cached"] == written * 64
+    wait_storage_idle(second)
+    tree = second.pools.tree_cache
+    avail, ev, prot, owned, total = tree.host_accounting()
+    assert prot == 0 and owned == 0 and avail + ev == total
+
+
+def test_abandoned_prefetch_gives_its_host_slots_back(tiny_models, tmp_path):
+    prompt = [6] * 8 + list(range(50, 50 + LONG - 8))
+    first = storage_scheduler(tiny_models, tmp_path)
+    run(first, [prompt + [3]])
+    wait_storage_idle(first)
+    second = storage_scheduler(tiny_models, tmp_path)
+    sp = SamplingParams(max_new_tokens=4, temperature=0.0)
+    sp.normalize(None)
+    second.intake.handle_generate_request(
+        TokenizedGenerateReqInput(rid="gone", input_ids=prompt + [3], sampling_params=sp)
+    )
+    assert second.state.waiting_queue[0].prefetch is not None
+    second.intake.abort_request(AbortReq(rid="gone"))
+    wait_storage_idle(second)
+    for _ in range(3):
+        second.step()
+    avail, ev, prot, owned, total = second.pools.tree_cache.host_accounting()
+    assert owned == 0 and avail + ev == total
+    assert second.state.rid_to_req == {}

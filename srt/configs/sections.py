@@ -99,6 +99,7 @@ class HiCacheSection:
     storage_backend: Optional[str]
     prefetch_policy: str
     storage_dir: str
+    prefetch_threshold: int = 256  # storage hits shorter than this are recomputed instead
 
     @property
     def write_through_threshold(self) -> Optional[int]:
@@ -121,4 +122,5 @@ class HiCacheSection:
             storage_backend=sa.hicache_storage_backend,
             prefetch_policy=sa.hicache_storage_prefetch_policy,
             storage_dir=storage_dir,
+            prefetch_threshold=int(extra.get("prefetch_threshold", 256)),
         )

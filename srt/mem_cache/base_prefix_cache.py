@@ -106,6 +106,16 @@ class BasePrefixCache(ABC):
         """Background work in flight (the idle check waits for it)."""
         return False
 
+    def prefetch(self, req: "Req") -> None:  # noqa: B027 - optional hook
+        """A request was queued: start reading its prompt's KV from a lower tier (storage)."""
+
+    def prefetch_ready(self, req: "Req") -> bool:
+        """May the request be admitted, or does it wait for its prefetch?"""
+        return True
+
+    def drop_prefetch(self, req: "Req") -> None:  # noqa: B027 - optional hook
+        """The request left the queue unadmitted: abandon its prefetch."""
+
     def tier_stats(self) -> Dict[str, float]:
         """Numbers of the lower tiers (host pool use, bytes moved); empty for a one-tier cache."""
         return {}

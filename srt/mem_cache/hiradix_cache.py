@@ -68,6 +68,8 @@ class HiRadixCache(RadixCache):
 
     # ------------------------------------------------------------------ state
     def reset(self) -> None:
+        if getattr(self, "storage", None) is not None:
+            self.storage.drain()  # its threads read and write host slots about to be cleared
         super().reset()
         self._host_evictable_size = 0
         self._host_protected_size = 0
@@ -77,8 +79,6 @@ class HiRadixCache(RadixCache):
         self._building = False  # inside cache_unfinished_req: new KV not computed yet
         self._finishing = False  # inside cache_finished_req
         self.host_pool.clear()
-        if getattr(self, "storage", None) is not None:
-            self.storage.reset()
 
     def host_evictable_size(self) -> int:
         return self._host_evictable_size
@@ -301,6 +301,17 @@ class HiRadixCache(RadixCache):
 
     def busy(self) -> bool:
         return bool(self._unready_writes) or (self.storage is not None and self.storage.busy())
+
+    def prefetch(self, req: "Req") -> None:
+        if self.storage is not None:
+            self.storage.start_prefetch(req)
+
+    def prefetch_ready(self, req: "Req") -> bool:
+        return self.storage is None or self.storage.ready(req)
+
+    def drop_prefetch(self, req: "Req") -> None:
+        if self.storage is not None:
+            self.storage.drop(req)
 
     def _issue_writes(self) -> None:
         if not self._ready_writes:

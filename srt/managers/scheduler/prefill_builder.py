@@ -113,6 +113,8 @@ class PrefillBuilder:
         for req in list(self.state.waiting_queue):
             if len(adder.can_run_list) - (1 if continuing_chunk else 0) >= room:
                 break
+            if not self.pools.tree_cache.prefetch_ready(req):
+                continue  # its storage prefetch is still running (the policy says wait)
             req.init_next_round_input(self.pools.tree_cache)
             if in_batch.should_wait(req):
                 continue  # it shares a long uncached prefix with a request in this batch: next round hits it

@@ -60,6 +60,8 @@ from sglang.srt.utils import jit_watch
 
 logger = logging.getLogger(__name__)
 
+BACKGROUND_POLL_MS = 5
+
 
 class SchedulerSockets:
     """Rank 0's sockets (other ranks, and a scheduler driven in-process, have none)."""
@@ -360,7 +362,11 @@ class Scheduler:
     def event_loop(self) -> None:
         while True:
             with self.loop_prof.phase("recv"):
-                self.intake.recv_and_process_requests(block=self._is_fully_idle())
+                if self._only_background_work():
+                    # Waiting on a storage prefetch or copy: sleep briefly instead of spinning.
+                    self.intake.recv_and_process_requests(block=True, wait_ms=BACKGROUND_POLL_MS)
+                else:
+                    self.intake.recv_and_process_requests(block=self._is_fully_idle())
             self.step()
             if self.sockets.send_load is not None:
                 self._report_load()
@@ -475,6 +481,16 @@ class Scheduler:
 
     def _is_fully_idle(self) -> bool:
         return not self.state.has_work() and not self.grammar.num_waiting()
+
+    def _only_background_work(self) -> bool:
+        """The last pass ran nothing and nothing is in flight, yet a lower tier is busy."""
+        st = self.state
+        return (
+            st.last_batch is None
+            and not st.in_flight
+            and st.running_batch.is_empty()
+            and self.pools.tree_cache.busy()
+        )
 
     def _is_settled(self) -> bool:
         """Idle, and no background copy (HiCache) still holds slots."""

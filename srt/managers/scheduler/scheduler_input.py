@@ -78,10 +78,10 @@ class SchedulerIntake:
         self.control: Optional[Callable[[Any], Any]] = None
 
     # ------------------------------------------------------------------ receiving
-    def recv_requests(self, block: bool) -> List[Any]:
+    def recv_requests(self, block: bool, wait_ms: int = IDLE_POLL_MS) -> List[Any]:
         if self.recv_sock is None:
             return []
-        if block and not self.recv_sock.poll(IDLE_POLL_MS):
+        if block and not self.recv_sock.poll(wait_ms):
             return []
         out = []
         while True:
@@ -90,8 +90,8 @@ class SchedulerIntake:
             except zmq.ZMQError:
                 return out
 
-    def recv_and_process_requests(self, block: bool = False) -> None:
-        reqs = self.recv_requests(block)
+    def recv_and_process_requests(self, block: bool = False, wait_ms: int = IDLE_POLL_MS) -> None:
+        reqs = self.recv_requests(block, wait_ms)
         expired = self._expired_waiting() if self.config.tp_rank == 0 else []
         # Rank 0 alone reads the socket and the clock; every rank applies the same decisions, so all
         # ranks build identical batches.
@@ -172,6 +172,7 @@ class SchedulerIntake:
             return
         req.wait_queue_entry_time = time.monotonic()
         self.state.waiting_queue.append(req)
+        self.pools.tree_cache.prefetch(req)
 
     def _abort_on_queue_limit(self, req: Req) -> bool:
         """--max-queued-requests: refuse `req` (or, with priorities, evict a less preferred one)."""
@@ -193,6 +194,7 @@ class SchedulerIntake:
     ) -> None:
         """Finish a request that holds no KV (never admitted, or retracted) and tell the client."""
         req.finish(FinishAbort(message, status, err_type))
+        self.pools.tree_cache.drop_prefetch(req)
         self.state.rid_to_req.pop(req.rid, None)
         self.streamer.stream_output([req])
 
