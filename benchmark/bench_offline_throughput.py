@@ -44,6 +44,12 @@ def parse_args(argv=None):
     p.add_argument("--disable-overlap-schedule", action="store_true")
     p.add_argument("--warmup-prompts", type=int, default=4)
     p.add_argument("--result-file", default=None, help="append one JSON line here")
+    p.add_argument(
+        "--bw", type=float, default=None, help="bytes/s for the floor (default: measure)"
+    )
+    p.add_argument(
+        "--flops", type=float, default=None, help="FLOP/s for the floor (default: measure)"
+    )
     p.add_argument("--tag", default="")
     args, extra = p.parse_known_args(argv)
     if args.load_format is None:
@@ -76,6 +82,48 @@ def _engine_kwargs(extra: List[str]) -> Dict[str, Any]:
     return out
 
 
+def facts_from_config(cfg: Dict[str, Any], weight_bytes: int, kv_elem_bytes: int):
+    """The model's sizes for the floor, from its config.json (the model runs in another process)."""
+    from bench_one_batch import ModelFacts
+
+    hidden, layers = cfg["hidden_size"], cfg["num_hidden_layers"]
+    heads, kv_heads = (
+        cfg["num_attention_heads"],
+        cfg.get("num_key_value_heads", cfg["num_attention_heads"]),
+    )
+    head_dim = cfg.get("head_dim") or hidden // heads
+    per_layer = hidden * (heads + 2 * kv_heads) * head_dim + heads * head_dim * hidden
+    per_layer += 3 * hidden * cfg["intermediate_size"]
+    return ModelFacts(
+        weight_bytes=weight_bytes,
+        layer_matmul_params=per_layer * layers,
+        lm_head_params=cfg["vocab_size"] * hidden,
+        num_layers=layers,
+        num_heads=heads,
+        head_dim=head_dim,
+        kv_bytes_per_token=2 * layers * kv_heads * head_dim * kv_elem_bytes,
+    )
+
+
+def offline_floor(
+    facts, in_lens: List[int], out_lens: List[int], max_running: int, bw: float, flops: float
+) -> Dict[str, float]:
+    """What the workload cannot beat, from its own lengths: every decode step reads the weights
+    (at least max(out) - 1 steps, more if not all requests fit at once), every output token after
+    the first reads its request's KV so far, and every prompt is one prefill's FLOPs."""
+    decode_tokens = sum(o - 1 for o in out_lens)
+    steps = max(max(out_lens) - 1, -(-decode_tokens // max_running))
+    kv_reads = sum((o - 1) * i + (o - 1) * o // 2 for i, o in zip(in_lens, out_lens))
+    parts = {
+        "weights_s": steps * facts.weight_bytes / bw,
+        "kv_s": kv_reads * facts.kv_bytes_per_token / bw,
+        "prefill_s": facts.prefill_flops(in_lens) / flops,
+    }
+    parts["floor_s"] = sum(parts.values())
+    parts["decode_steps"] = float(steps)
+    return parts
+
+
 def make_requests(n: int, in_range, out_range, vocab: int, seed: int):
     rng = random.Random(seed)
     ids, sps = [], []
@@ -92,7 +140,9 @@ def main(argv=None) -> dict:
     from sglang.srt.entrypoints.engine import Engine
 
     model_path = args.model_path or write_model_config(args.model_config)
-    vocab = json.load(open(os.path.join(model_path, "config.json")))["vocab_size"]
+    cfg = json.load(open(os.path.join(model_path, "config.json")))
+    vocab = cfg["vocab_size"]
+    bw, flops = _rates(args)
     t0 = time.perf_counter()
     engine = Engine(
         model_path=model_path,
@@ -150,12 +200,45 @@ def main(argv=None) -> dict:
         f"(expected {expected}) in {elapsed:.2f}s: output {res['output_tok_s']:.1f} tok/s, "
         f"total {res['total_tok_s']:.1f} tok/s"
     )
+    kv_elem = 1 if "fp8" in str(extra.get("kv_cache_dtype", "")) else 2
+    facts = facts_from_config(cfg, int(info.get("weight_bytes") or 0), kv_elem)
+    floor = offline_floor(
+        facts,
+        [len(x) for x in ids],
+        [sp["max_new_tokens"] for sp in sps],
+        int(info.get("max_running_requests") or args.num_prompts),
+        bw,
+        flops,
+    )
+    res["floor"] = dict(floor, bandwidth=bw, matmul_rate=flops)
+    print(
+        f"floor {floor['floor_s']:.2f}s = weights {floor['weights_s']:.2f}s "
+        f"({floor['decode_steps']:.0f} steps) + KV reads {floor['kv_s']:.2f}s + prefill "
+        f"{floor['prefill_s']:.2f}s (at {bw / 1e12:.2f} TB/s, {flops / 1e12:.0f} TFLOP/s): "
+        f"measured / floor = {elapsed / floor['floor_s']:.2f}x"
+    )
     if out_tokens != expected:
         print("WARNING: output token count differs from the requested lengths")
     if args.result_file:
         with open(args.result_file, "a") as f:
             f.write(json.dumps(res) + "\n")
     return res
+
+
+def _rates(args) -> tuple:
+    """Copy bandwidth and matrix rate for the floor: given, or measured here before the Engine
+    starts (on the same device)."""
+    if args.bw and args.flops:
+        return args.bw, args.flops
+    import torch
+    from bench_one_batch import measure_bandwidth, measure_matmul_rate
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    bw = args.bw or measure_bandwidth(device)
+    flops = args.flops or measure_matmul_rate(device)
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return bw, flops
 
 
 if __name__ == "__main__":

@@ -40,6 +40,8 @@ SERVER_FLAGS = (
     "max_total_num_tokens",
     "schedule_policy",
     "enable_metrics",
+    "enable_hierarchical_cache",
+    "hicache_write_policy",
 )
 
 
@@ -81,6 +83,12 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     a("--gsp-question-len", type=int, default=128)
     a("--gsp-output-len", type=int, default=256)
     a("--gsp-ordered", action="store_true", help="Send group after group instead of interleaved")
+    a(
+        "--gsp-num-turns",
+        type=int,
+        default=1,
+        help="Turns per user: turn t extends the user's turn t-1 prompt by one more question",
+    )
     a(
         "--sharegpt-output-len",
         type=int,
@@ -206,6 +214,7 @@ def run_record(
             "system_prompt_len": args.gsp_system_prompt_len,
             "question_len": args.gsp_question_len,
             "output_len": args.gsp_output_len,
+            "num_turns": args.gsp_num_turns,
         }
     elif args.dataset_name.startswith("random"):
         rec["random"] = {

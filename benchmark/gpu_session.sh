@@ -9,7 +9,7 @@ OUT=${OUT:-benchmark/out}
 mkdir -p "$OUT"
 source "$(dirname "$0")/gpu_env.sh"
 # Stages can be picked: STAGES="tests one_batch one_batch_fp8 offline kernels attn_sweep attn_splits gemv small_m
-# variants variants_m host_ab long_ctx fp8 recipes" (default: the first five).
+# variants variants_m host_ab long_ctx fp8 recipes hicache_tests hicache" (default: the first five).
 STAGES=${STAGES:-"tests one_batch one_batch_fp8 offline kernels"}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 # At most 8 files come back from $OUT: stages append to a few logs.
@@ -163,6 +163,14 @@ if has long_ctx; then
   stage long_ctx ${LONG_LIMIT:-420} python3 benchmark/bench_long_context.py "${LONG[@]}" \
     --hf-cells ${LONG_HF:-} --kv-cache-dtype ${LONG_KV:-auto} --result-file "$OUT/long_ctx.jsonl"
 fi
+if has hicache_tests; then
+  stage gpu_tests 150 python3 -m pytest test/gpu/test_hicache_gpu.py -q -p no:cacheprovider --timeout=100 -rfE
+fi
+if has hicache; then
+  # HiCache (issue 25): host copy rates, then the shared-prefix recipe with prefixes that fit and
+  # with 4x more prefix bytes than the device pool, each without and with the host tier (carry .tok).
+  stage hicache_run 420 env OUT="$OUT" bash benchmark/hicache_recipe.sh
+fi
 if has recipes; then
   # Serving recipes through real servers (benchmark/gpu_recipes.sh; carry .tok too). Servers in
   # RECIPE_SERVERS (default: the stream-interval and overlap pairs); the Triton compile log lines land in servers.log.
@@ -171,3 +179,8 @@ if has recipes; then
   grep -h "Triton compiled" "$OUT/servers.log" | tee -a "$OUT/summary.txt"
 fi
 python3 benchmark/gpu_summary.py "$OUT" | tee -a "$OUT/summary.txt"
+# At most 8 files come back: BUNDLE=1 packs every log, JSONL and PNG into one archive.
+if [[ ${BUNDLE:-0} == 1 ]]; then
+  (cd "$OUT" && tar czf bundle.tgz --exclude=bundle.tgz --exclude=summary.txt ./* && \
+    find . -maxdepth 1 -type f ! -name bundle.tgz ! -name summary.txt -delete)
+fi

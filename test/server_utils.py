@@ -108,7 +108,19 @@ class ServerProcess:
         a, e, p = info["available_tokens"], info["evictable_tokens"], info["protected_tokens"]
         assert a + e + p == total, f"KV accounting broken: {a} + {e} + {p} != {total}"
         assert p == 0, f"{p} tokens still protected while idle"
+        if "hicache_host_total_tokens" in info:  # the host tier too, once its copies settle
+            info = self._wait_host_settled()
+            ha, he = info["hicache_host_available_tokens"], info["hicache_host_evictable_tokens"]
+            assert ha + he == info["hicache_host_total_tokens"], f"host accounting broken: {info}"
         assert "leak" not in self.log_text().lower(), self.log_tail()
+
+    def _wait_host_settled(self, timeout: float = 60.0) -> dict:
+        deadline = time.time() + timeout
+        while True:
+            info = self.server_info()
+            if info["hicache_host_protected_tokens"] == 0 or time.time() > deadline:
+                return info
+            time.sleep(0.1)
 
     def stop(self) -> None:
         """SIGTERM the server's process group (SIGKILL if it lingers); the log file goes with it

@@ -85,6 +85,7 @@ def test_bench_offline_throughput_cpu(tmp_path, capsys) -> None:
     for res in (on, off):
         assert res["output_tokens"] == res["expected_output_tokens"] and res["output_tok_s"] > 0
     assert on["overlap"] and not off["overlap"]
+    assert on["floor"]["floor_s"] > 0 and on["floor"]["decode_steps"] >= 11
     gpu_summary.main(str(tmp_path))
     assert "overlap off" in capsys.readouterr().out
 
@@ -122,3 +123,27 @@ def test_chunked_prefill_matches_one_pass() -> None:
         chunked = sb.prefill_chunked(prompt, 64).next_token_logits
         sb.release()
     torch.testing.assert_close(chunked, whole, rtol=1e-4, atol=1e-4)
+
+
+def test_offline_floor_counts_steps_kv_reads_and_prefill() -> None:
+    from bench_offline_throughput import offline_floor
+    from bench_one_batch import ModelFacts
+
+    facts = ModelFacts(
+        weight_bytes=1000,
+        layer_matmul_params=10,
+        lm_head_params=0,
+        num_layers=1,
+        num_heads=1,
+        head_dim=1,
+        kv_bytes_per_token=2,
+    )
+    # Two requests: in 3 / out 2 and in 1 / out 4, all fitting at once.
+    f = offline_floor(facts, [3, 1], [2, 4], max_running=8, bw=100.0, flops=10.0)
+    assert f["decode_steps"] == 3  # max(out) - 1: the first token comes from the prefill
+    assert f["weights_s"] == 3 * 1000 / 100
+    # KV reads per output token after the first: (3+1) and (1+1) + (1+2) + (1+3).
+    assert f["kv_s"] == (4 + 2 + 3 + 4) * 2 / 100
+    assert f["prefill_s"] == (2 * 4 * 10 + 4 * (3 * 4 / 2 + 1)) / 10
+    # Only one request at a time: the steps are the sum of the decode tokens.
+    assert offline_floor(facts, [3, 1], [2, 4], 1, 100.0, 10.0)["decode_steps"] == 4

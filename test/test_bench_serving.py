@@ -242,6 +242,14 @@ def test_datasets_lengths_and_shared_prefixes(tokenizer):
         assert all(len(r.prompt_ids) == 37 and r.system and r.user for r in members)
     heads = {tuple(r.prompt_ids[:32]) for r in gsp}
     assert len(heads) == 3
+    # Multi-turn users: turn t extends the same user's turn t - 1 prompt; turns are sent in order.
+    mt = sample_generated_shared_prefix(
+        tokenizer, 2, 3, 16, 4, 2, np.random.default_rng(2), False, 3
+    )
+    assert len(mt) == 18 and [r.prompt_len for r in mt] == [20] * 6 + [24] * 6 + [28] * 6
+    for later in mt[6:]:
+        earlier = [r for r in mt if r.prompt_len == later.prompt_len - 4]
+        assert any(later.prompt_ids[: len(e.prompt_ids)] == e.prompt_ids for e in earlier)
     special = set(tokenizer.all_special_ids)
     assert not any(t in special for r in gsp for t in r.prompt_ids)
 

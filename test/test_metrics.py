@@ -295,7 +295,7 @@ def _stats() -> SchedulerStats:
     pools = KVPools(
         req_to_token_pool=None,
         allocator=types.SimpleNamespace(available_size=lambda: 700),
-        tree_cache=types.SimpleNamespace(evictable_size=lambda: 100),
+        tree_cache=types.SimpleNamespace(evictable_size=lambda: 100, tier_stats=dict),
         max_total_num_tokens=1000,
         page_size=1,
         device="cpu",

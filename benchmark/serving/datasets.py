@@ -123,33 +123,41 @@ def sample_generated_shared_prefix(
     output_len: int,
     rng: np.random.Generator,
     ordered: bool = False,
+    num_turns: int = 1,
 ) -> List[BenchRequest]:
-    """Each group: one random-token system prompt shared by its prompts, each with its own question.
+    """Each group: one random-token system prompt shared by its prompts (users), each with its own
+    question. With num_turns > 1 every user comes back: turn t's prompt is the system prompt plus
+    the user's questions 0..t, so it extends the user's previous prompt. All users' turn t are sent
+    before any turn t + 1.
 
-    Shuffled by default so groups interleave the way independent users would; --gsp-ordered keeps
-    group after group (the friendliest order for the prefix cache)."""
+    Shuffled by default (within a turn) so groups interleave the way independent users would;
+    --gsp-ordered keeps group after group (the friendliest order for the prefix cache)."""
     pool = _ordinary_token_ids(tokenizer)
-    reqs = []
+    turns: List[List[BenchRequest]] = [[] for _ in range(num_turns)]
     for g in range(num_groups):
         sys_ids = rng.choice(pool, size=system_len).tolist()
         sys_text = _decode(tokenizer, sys_ids)
         for _ in range(prompts_per_group):
-            q_ids = rng.choice(pool, size=question_len).tolist()
-            q_text = _decode(tokenizer, q_ids)
-            reqs.append(
-                BenchRequest(
-                    prompt=sys_text + q_text,
-                    prompt_len=system_len + question_len,
-                    output_len=output_len,
-                    prompt_ids=sys_ids + q_ids,
-                    system=sys_text,
-                    user=q_text,
-                    group=g,
+            q_ids: List[int] = []
+            for t in range(num_turns):
+                q_ids = q_ids + rng.choice(pool, size=question_len).tolist()
+                q_text = _decode(tokenizer, q_ids)
+                turns[t].append(
+                    BenchRequest(
+                        prompt=sys_text + q_text,
+                        prompt_len=system_len + len(q_ids),
+                        output_len=output_len,
+                        prompt_ids=sys_ids + q_ids,
+                        system=sys_text,
+                        user=q_text,
+                        group=g,
+                    )
                 )
-            )
-    if not ordered:
-        order = rng.permutation(len(reqs))
-        reqs = [reqs[i] for i in order]
+    reqs: List[BenchRequest] = []
+    for turn in turns:
+        if not ordered:
+            turn = [turn[i] for i in rng.permutation(len(turn))]
+        reqs.extend(turn)
     return reqs
 
 
@@ -239,6 +247,7 @@ def build_requests(args: Any, tokenizer: Any) -> List[BenchRequest]:
             args.gsp_output_len,
             rng,
             args.gsp_ordered,
+            args.gsp_num_turns,
         )
     if name == "sharegpt":
         if not args.dataset_path:

@@ -531,6 +531,10 @@ class TokenizerManager:
             "last_gen_throughput",
         ):
             merged[key] = sum(st[key] for st in states)
+        for key in states[0]:
+            # HiCache token and byte counts add up across replicas (a usage fraction does not).
+            if key.startswith(("hicache_", "cached_tokens_")) and key != "hicache_host_usage":
+                merged[key] = sum(st.get(key, 0) for st in states)
         merged["dp_states"] = sorted(states, key=lambda st: st["dp_rank"])
         return merged
 
