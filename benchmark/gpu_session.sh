@@ -132,7 +132,7 @@ if has fp8_small_m; then
     --result-file "$OUT/one_batch.jsonl" --tag fp8_small_m
 fi
 if has offline; then
-  for mode in on off; do
+  for mode in ${OFFLINE_MODES:-on off}; do
     flag=()
     [[ $mode == off ]] && flag=(--disable-overlap-schedule)
     stage offline 110 python3 benchmark/bench_offline_throughput.py "${OFF[@]}" "${flag[@]}" \

@@ -25,7 +25,7 @@ def last_runs_by_tag(path: str, tags: List[str]) -> Dict[str, dict]:
     with open(path) as f:
         for line in f:
             rec = json.loads(line)
-            if rec.get("tag") in tags and rec.get("ttfts"):
+            if rec.get("tag") in tags and (rec.get("details") or {}).get("ttfts"):
                 runs[rec["tag"]] = rec
     missing = [t for t in tags if t not in runs]
     if missing:
@@ -43,7 +43,8 @@ def main() -> None:
     runs = last_runs_by_tag(args.jsonl, args.tags)
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for tag in args.tags:
-        v = np.sort(np.asarray([t for t in runs[tag]["ttfts"] if t is not None]) * 1000)
+        ttfts = runs[tag]["details"]["ttfts"]
+        v = np.sort(np.asarray([t for t in ttfts if t is not None]) * 1000)
         ax.step(
             v,
             np.arange(1, v.size + 1) / v.size,
