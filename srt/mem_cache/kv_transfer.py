@@ -210,7 +210,7 @@ class KVTransfer:
             src = torch.tensor([1, 3], device=self.dev_device)
             dst = torch.tensor([2, 0], device=self.dev_device)
             copy_rows(host, dev, host, dev, src, dst)
-            back = torch.zeros_like(host)
+            back = torch.zeros_like(host).pin_memory()  # zeros_like of pinned memory is not pinned
             copy_rows(dev, back, dev, back, dst, src)
             torch.cuda.synchronize()
             if torch.equal(dev[2].cpu(), host[1]) and torch.equal(back[3], host[3]):
