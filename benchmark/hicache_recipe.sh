@@ -19,11 +19,11 @@ LOG="$OUT/hicache.log"
 if [[ ${SMOKE:-0} == 1 ]]; then
   CFG=tiny-llama; POOL=1024; SYS=128; Q=16; GEN=4; FIT=2; OVER=16; USERS=2; CONC=4; RATIO=6
 else
-  CFG=llama3-8b; POOL=24576; SYS=2048; Q=128; GEN=32; FIT=4; OVER=48; USERS=2; CONC=16; RATIO=6
+  CFG=llama3-8b; POOL=24576; SYS=2048; Q=128; GEN=32; FIT=4; OVER=48; USERS=${USERS:-8}; CONC=16; RATIO=6
 fi
 python3 benchmark/model_configs.py "$CFG" "$MODEL_DIR" --tokenizer-dir "${TOK_DIR:-.tok/smollm2}" >/dev/null || exit 1
 { date -u; nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null; } | tee -a "$LOG"
-if [[ ${SMOKE:-0} != 1 ]]; then
+if [[ ${SMOKE:-0} != 1 && ${COPY_RATES:-1} == 1 ]]; then
   echo "=== host copy rates" | tee -a "$LOG"
   timeout 120 python3 benchmark/kernels/bench_host_copy.py --tokens 2048 --layers 32 \
     --out "$OUT/hicache.jsonl" 2>&1 | tee -a "$LOG"
