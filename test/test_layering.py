@@ -30,6 +30,7 @@ LAYERS: List[List[str]] = [
     ["srt.models"],
     ["srt.model_loader"],
     ["srt.model_executor"],
+    ["srt.speculative"],
     ["srt.managers.scheduler"],
     ["srt.managers.tokenizer", "srt.managers.detokenizer", "srt.managers.data_parallel"],
     ["srt.entrypoints"],

@@ -124,3 +124,30 @@ class HiCacheSection:
             storage_dir=storage_dir,
             prefetch_threshold=int(extra.get("prefetch_threshold", 256)),
         )
+
+
+@dataclass(frozen=True)
+class SpecSection:
+    """Speculative decoding: how drafts are made and how many a verify pass checks."""
+
+    algorithm: str
+    num_draft_tokens: int  # per request per verify pass, the pending token included
+    draft_model_path: Optional[str]
+    ngram_min_window: int
+    ngram_max_window: int
+
+    @property
+    def max_drafts(self) -> int:
+        return self.num_draft_tokens - 1
+
+    @staticmethod
+    def of(sa: ServerArgs) -> Optional["SpecSection"]:
+        if sa.speculative_algorithm is None:
+            return None
+        return SpecSection(
+            algorithm=sa.speculative_algorithm,
+            num_draft_tokens=sa.speculative_num_draft_tokens,
+            draft_model_path=sa.speculative_draft_model_path,
+            ngram_min_window=sa.speculative_ngram_min_match_window_size,
+            ngram_max_window=sa.speculative_ngram_max_match_window_size,
+        )

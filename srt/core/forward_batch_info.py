@@ -2,7 +2,8 @@
 
 EXTEND runs new tokens of each request against its cached prefix (prefill, chunked prefill);
 DECODE runs one token per request; MIXED is an extend batch whose tail rows are decode requests
-(extend length 1), used by --enable-mixed-chunk.
+(extend length 1), used by --enable-mixed-chunk; TARGET_VERIFY runs draft tokens the same way as an
+extend and returns logits at every row (speculative decoding).
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ class ForwardMode(IntEnum):
     EXTEND = auto()
     DECODE = auto()
     MIXED = auto()
+    # Speculative decoding: each request's pending token and drafts, run as an extend over its KV,
+    # with logits at every row. Not an extend for the scheduler (no prompt is prefilled).
+    TARGET_VERIFY = auto()
 
     def is_extend(self) -> bool:
         return self in (ForwardMode.EXTEND, ForwardMode.MIXED)
@@ -29,6 +33,9 @@ class ForwardMode(IntEnum):
 
     def is_mixed(self) -> bool:
         return self == ForwardMode.MIXED
+
+    def is_target_verify(self) -> bool:
+        return self == ForwardMode.TARGET_VERIFY
 
 
 @dataclass

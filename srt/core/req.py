@@ -123,6 +123,16 @@ class Req:
         # Grammar (constrained decoding).
         self.grammar: Any = None
 
+        # Speculative decoding: the proposer's per-request state (NGRAM index), this step's drafts,
+        # how far the draft model's KV is valid, and the counts reported in meta_info.
+        self.spec_state: Any = None
+        self.spec_drafts: List[int] = []
+        self.draft_kv_len = 0
+        self.spec_verify_ct = 0
+        self.spec_drafted = 0
+        self.spec_accepted = 0
+        self.spec_accept_hist: List[int] = []
+
         # Overlap loop: tokens sampled by launched passes whose results are not processed yet.
         self.inflight_tokens = 0
         # Seed for requests that did not give one, drawn at intake (identically on every TP rank).
@@ -194,6 +204,7 @@ class Req:
         self.last_node = None
         self.host_hit_length = 0
         self.last_host_node = None
+        self.draft_kv_len = 0
         self.cache_protected_len = 0
         self.kv_committed_len = 0
         self.kv_allocated_len = 0

@@ -117,4 +117,19 @@ SCHEDULER_METRICS: Dict[str, SchedulerMetricSpec] = {
         "counter",
         "Blocks written to the storage tier.",
     ),
+    "spec_verify_ct_total": SchedulerMetricSpec(
+        "sglang:spec_verify_ct_total",
+        "counter",
+        "Speculative decoding: request verify steps since startup (one per request per step).",
+    ),
+    "spec_emitted_tokens_total": SchedulerMetricSpec(
+        "sglang:spec_emitted_tokens_total",
+        "counter",
+        "Speculative decoding: tokens those verify steps emitted (accepted drafts + one each).",
+    ),
+    "spec_accept_length": SchedulerMetricSpec(
+        "sglang:spec_accept_length",
+        "gauge",
+        "Speculative decoding: tokens per verify step over the last decode-log interval.",
+    ),
 }

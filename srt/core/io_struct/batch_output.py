@@ -25,6 +25,28 @@ class CachedTokensDetails:
         return {"device": self.device, "host": self.host, "storage": self.storage}
 
 
+@dataclass(frozen=True)
+class SpecStats:
+    """Speculative decoding for one request: verify steps, drafts checked and accepted, and how
+    many steps accepted 0, 1, ... drafts."""
+
+    verify_ct: int
+    drafted: int
+    accepted: int
+    accept_histogram: List[int]
+
+    def to_dict(self) -> Dict[str, Any]:
+        n = max(self.verify_ct, 1)
+        return {
+            "spec_verify_ct": self.verify_ct,
+            # Tokens per verify step (accepted drafts + the one each step adds).
+            "spec_accept_length": (self.accepted + self.verify_ct) / n,
+            "spec_accept_rate": self.accepted / self.drafted if self.drafted else 0.0,
+            "spec_num_correct_drafts": self.accepted,
+            "spec_accept_histogram": list(self.accept_histogram),
+        }
+
+
 @dataclass(kw_only=True)
 class BatchOutputCommon:
     """Per-request lists in the same order as rids."""
@@ -46,6 +68,8 @@ class BatchOutputCommon:
     prompt_breaks: List[Optional[PromptBreak]] = field(default_factory=list)
     # With HiCache: the split of cached_tokens by tier (None without).
     cached_tokens_details: List[Optional[CachedTokensDetails]] = field(default_factory=list)
+    # With speculative decoding: each request's verify counts (None without).
+    spec_stats: List[Optional[SpecStats]] = field(default_factory=list)
     queue_times: List[Optional[float]] = field(default_factory=list)
     first_token_times: List[Optional[float]] = field(default_factory=list)
 

@@ -47,13 +47,22 @@ class GrammarQueue:
 
     def attach_masks(self, batch: ScheduleBatch, info: SamplingBatchInfo) -> None:
         """Fill the vocabulary bitmask of constrained rows (unconstrained rows stay all-allowed)."""
-        grammars = [(i, r.grammar) for i, r in enumerate(batch.reqs) if r.grammar is not None]
+        self.attach_row_masks(batch.reqs, info)
+
+    def attach_row_masks(self, row_reqs: List[Optional[Req]], info: SamplingBatchInfo) -> None:
+        """The same for a batch with any number of rows per request: row i samples for
+        row_reqs[i] (None: a row no grammar constrains, such as a verify row of a draft)."""
+        grammars = [
+            (i, r.grammar)
+            for i, r in enumerate(row_reqs)
+            if r is not None and r.grammar is not None
+        ]
         if not grammars:
             return
         first = grammars[0][1]
-        mask = first.allocate_vocab_mask(self.vocab_size, batch.batch_size(), self.device)
+        mask = first.allocate_vocab_mask(self.vocab_size, len(row_reqs), self.device)
         for i, g in grammars:
-            if not batch.reqs[i].finished():
+            if not row_reqs[i].finished():
                 g.fill_vocab_mask(mask, i)
         info.vocab_mask = first.move_vocab_mask(mask, self.device)
         info.apply_vocab_mask = type(first).apply_vocab_mask

@@ -10,7 +10,7 @@ from typing import List, Optional
 
 import zmq
 
-from sglang.srt.core.io_struct.batch_output import CachedTokensDetails
+from sglang.srt.core.io_struct.batch_output import CachedTokensDetails, SpecStats
 from sglang.srt.core.io_struct.ipc import send_obj
 from sglang.srt.core.io_struct.to_detokenizer import BatchTokenIDOutput
 from sglang.srt.core.req import Req, ReqStatus
@@ -30,6 +30,7 @@ class OutputStreamer:
         self.tokenizer = tokenizer
         self.stream_interval = stream_interval
         self.report_cache_tiers = False  # HiCache: send cached_tokens_details
+        self.report_spec = False  # speculative decoding: send verify counts
 
     def stream_output(self, reqs: List[Req]) -> None:
         if self.sock is None:
@@ -89,6 +90,11 @@ class OutputStreamer:
                 req.cached_tokens, req.cached_host_tokens, req.cached_storage_tokens
             )
             if self.report_cache_tiers
+            else None
+        )
+        out.spec_stats.append(
+            SpecStats(req.spec_verify_ct, req.spec_drafted, req.spec_accepted, req.spec_accept_hist)
+            if self.report_spec
             else None
         )
         out.retraction_counts.append(req.retraction_count)

@@ -32,8 +32,16 @@ class ResultProcessor:
         self.tokenizer = tokenizer
         self.overlap = overlap
         self.prof = prof
+        # Speculative decoding: TARGET_VERIFY passes are folded in by the spec decoder.
+        self.verify_handler = None
 
     def process_batch_result(self, launched: LaunchedBatch) -> None:
+        if launched.forward_mode.is_target_verify():
+            with self.prof.phase("process"):
+                self.verify_handler(launched, self)
+            self.prof.count("decode_batches")
+            self.prof.count("rows", len(launched.reqs))
+            return
         if not self.overlap:
             # The next decode's inputs, without a host round trip.
             launched.batch.output_ids = launched.pending.device_ids

@@ -49,6 +49,10 @@ class ScheduleBatch:
         self.extend_input_ids: List[int] = []
         self.decoding_reqs: List[Req] = []  # decode rows mixed into an extend pass
         self.mixed_input_ids: Optional[torch.Tensor] = None
+        # TARGET_VERIFY: drafts per request, the rows' input ids, the draft's distributions.
+        self.spec_num_drafts: List[int] = []
+        self.verify_input_ids: List[int] = []
+        self.draft_probs: Optional[torch.Tensor] = None
 
     # ------------------------------------------------------------------ basics
     def is_empty(self) -> bool:
@@ -141,6 +145,54 @@ class ScheduleBatch:
             r.kv_committed_len = s
             r.kv_allocated_len = s
 
+    # ------------------------------------------------------------------ speculative verify
+    def verify_slots_needed(self, num_drafts: List[int]) -> int:
+        """Slots a verify pass must find: 1 + k per request (whole new pages when paged)."""
+        if self.page_size == 1:
+            return sum(1 + k for k in num_drafts)
+        ps = self.page_size
+        need = 0
+        for r, k in zip(self.reqs, num_drafts):
+            cur = r.kv_allocated_len
+            need += (-(-(cur + 1 + k) // ps) - (-(-cur // ps))) * ps
+        return need
+
+    def prepare_for_verify(self, num_drafts: List[int]) -> None:
+        """Slots for each request's pending token and its drafts at positions cur..cur+k, recorded in
+        the host mirror and the device table (the verify pass runs as an extend, which reads it)."""
+        self.forward_mode = ForwardMode.TARGET_VERIFY
+        pool = self.req_to_token_pool
+        cur = [r.kv_allocated_len for r in self.reqs]
+        n = [1 + k for k in num_drafts]
+        if self.page_size == 1:
+            loc = alloc_token_slots(self.tree_cache, self.allocator, sum(n))
+        else:
+            last = [last_loc_of(pool, r.req_pool_idx, c) for r, c in zip(self.reqs, cur)]
+            loc = alloc_paged(self.tree_cache, self.allocator, cur, last, n)
+        rows = [r.req_pool_idx for r, e in zip(self.reqs, n) for _ in range(e)]
+        positions = [c + j for c, e in zip(cur, n) for j in range(e)]
+        pool.write_batch(rows, positions, loc, on_device=True)
+        self.out_cache_loc = loc
+        self.prefix_lens = cur
+        self.extend_lens = n
+        self.seq_lens = [c + e for c, e in zip(cur, n)]
+        self.spec_num_drafts = list(num_drafts)
+        for r, s in zip(self.reqs, self.seq_lens):
+            r.kv_committed_len = s
+            r.kv_allocated_len = s
+
+    def trim_verify_allocation(self, req: Req, keep: int) -> None:
+        """After verification: the request keeps KV for positions [0, keep); slots past the last
+        kept page go back to the allocator."""
+        ps = self.page_size
+        start = -(-keep // ps) * ps
+        if req.kv_allocated_len > start:
+            self.allocator.free(
+                self.req_to_token_pool.read(req.req_pool_idx, start, req.kv_allocated_len)
+            )
+        req.kv_committed_len = keep
+        req.kv_allocated_len = keep
+
     def check_decode_mem(self, reqs: Optional[List[Req]] = None) -> bool:
         reqs = self.reqs if reqs is None else reqs
         need = page_need([r.kv_allocated_len for r in reqs], self.page_size)
@@ -224,6 +276,16 @@ class ScheduleBatch:
     # ------------------------------------------------------------------ device batch
     def to_forward_batch(self) -> ForwardBatch:
         rows = [r.req_pool_idx for r in self.reqs]
+        if self.forward_mode.is_target_verify():
+            return build_extend_batch(
+                self.verify_input_ids,
+                self.prefix_lens,
+                self.extend_lens,
+                rows,
+                self.out_cache_loc,
+                self.device,
+                self.forward_mode,
+            )
         if self.forward_mode.is_decode():
             return build_decode_batch(
                 self.output_ids, self.seq_lens, rows, self.out_cache_loc, self.device

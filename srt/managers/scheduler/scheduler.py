@@ -306,6 +306,7 @@ class Scheduler:
             ),
         )
         self.decode = DecodeUpdater(state, self.ratio, self.stats, self.streamer)
+        self.spec = self._spec_decoder()
         self.overlap = not sa.disable_overlap_schedule
         self.future_map = (
             FutureMap(
@@ -326,10 +327,36 @@ class Scheduler:
         self.results = ResultProcessor(
             state, pools, self.streamer, self.stats, self.tokenizer, self.overlap, self.loop_prof
         )
+        if self.spec is not None:
+            self.results.verify_handler = self.spec.process
         self.invariants = InvariantChecker(pools, state, sa.strict_memory_check)
         self.streamer.report_cache_tiers = sa.enable_hierarchical_cache
         self._last_load: Optional[tuple] = None
         self.forward_ct = 0
+
+    def _spec_decoder(self):
+        from sglang.srt.configs.sections import SpecSection
+
+        spec = SpecSection.of(self.server_args)
+        if spec is None:
+            return None
+        from sglang.srt.managers.scheduler.spec_decode import SpecDecoder
+        from sglang.srt.speculative.proposers import make_proposer
+
+        proposer = make_proposer(
+            spec, self.model_runner, self.server_args, self.chunked_prefill_size
+        )
+        self.streamer.report_spec = True
+        return SpecDecoder(
+            self.state,
+            self.pools,
+            self.decode,
+            spec,
+            proposer,
+            self.model_runner,
+            self.grammar,
+            self.model_config.context_len,
+        )
 
     def _grammar_manager(self):
         if self.server_args.grammar_backend == "none" or self.tokenizer is None:
@@ -398,9 +425,14 @@ class Scheduler:
             return batch
         if self.state.running_batch.is_empty():
             return None
+        if self.spec is not None:
+            return self.spec.update_running_batch()
         return self.decode.update_running_batch()
 
     def launch_batch(self, batch: ScheduleBatch) -> LaunchedBatch:
+        if batch.forward_mode.is_target_verify():
+            self.forward_ct += 1
+            return self.spec.launch(batch)
         with self.loop_prof.phase("l.fb"):
             fb = batch.to_forward_batch()
             if self.kv_transfer is not None:

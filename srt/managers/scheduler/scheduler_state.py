@@ -60,6 +60,7 @@ class LaunchedBatch:
     n_extend: int  # leading requests that were extends (the rest are mixed decodes)
     logprob_lens: List[int]  # prompt-logprob positions of each request in this pass
     launch_time: float
+    num_tokens: int = 0  # TARGET_VERIFY: tokens the pass emitted (set when processed)
 
 
 @dataclass

@@ -71,6 +71,12 @@ class SchedulerStats:
         # Of the cached tokens: copied back from host memory, and of those, read from storage.
         self.total_prefill_host_tokens = 0
         self.total_prefill_storage_tokens = 0
+        # Speculative decoding: verify passes (one per request per step) and tokens they emitted.
+        self.spec_verify_ct = 0
+        self.spec_emitted = 0
+        self._spec_verify_since_log = 0
+        self._spec_emitted_since_log = 0
+        self.last_spec_accept_length = 0.0
         self.metrics: Optional[SchedulerMetricsReporter] = None
 
     # ------------------------------------------------------------------ numbers
@@ -94,6 +100,14 @@ class SchedulerStats:
             "num_retracted_requests_total": float(self.num_retracted_total),
             "max_total_num_tokens": float(total),
             **self._tier_numbers(),
+            **self._spec_numbers(),
+        }
+
+    def _spec_numbers(self) -> Dict[str, float]:
+        return {
+            "spec_verify_ct_total": float(self.spec_verify_ct),
+            "spec_emitted_tokens_total": float(self.spec_emitted),
+            "spec_accept_length": float(self.last_spec_accept_length),
         }
 
     def _tier_numbers(self) -> Dict[str, float]:
@@ -161,35 +175,53 @@ class SchedulerStats:
             new_ratio,
         )
 
+    def record_verify(self, launched: LaunchedBatch, out) -> None:
+        """A TARGET_VERIFY step: a decode step that emitted launched.num_tokens tokens."""
+        n = len(launched.reqs)
+        self.spec_verify_ct += n
+        self.spec_emitted += launched.num_tokens
+        self._spec_verify_since_log += n
+        self._spec_emitted_since_log += launched.num_tokens
+        self.record_forward(launched)
+
     def record_forward(self, launched: LaunchedBatch) -> None:
         if self.metrics is not None:
             self.metrics.maybe_push()  # rate-limited: keeps gauges fresh between decode logs
-        if not launched.forward_mode.is_decode():
+        verify = launched.forward_mode.is_target_verify()
+        if not launched.forward_mode.is_decode() and not verify:
             return
         self.num_decode_steps += 1
         now = time.perf_counter()
         if self._last_decode_end is not None:  # the first step after idle has no known start
             self._decode_busy_s += now - self._last_decode_end
-            self._decode_tokens_since_log += len(launched.reqs)
+            self._decode_tokens_since_log += launched.num_tokens if verify else len(launched.reqs)
         self._last_decode_end = now
         if self.num_decode_steps % self.decode_log_interval:
             return
         if self._decode_busy_s > 0:
             self.last_gen_throughput = self._decode_tokens_since_log / self._decode_busy_s
         self._decode_tokens_since_log, self._decode_busy_s = 0, 0.0
+        spec = ""
+        if self._spec_verify_since_log:
+            self.last_spec_accept_length = (
+                self._spec_emitted_since_log / self._spec_verify_since_log
+            )
+            self._spec_verify_since_log = self._spec_emitted_since_log = 0
+            spec = f", accept len: {self.last_spec_accept_length:.2f}"
         if self.metrics is not None:
             self.metrics.maybe_push()
         if self.tp_rank != 0:
             return
         logger.info(
             "Decode batch, #running-req: %d, #token: %d, token usage: %.2f, cuda graph: %s, "
-            "gen throughput (token/s): %.2f, #queue-req: %d",
+            "gen throughput (token/s): %.2f, #queue-req: %d%s",
             len(launched.reqs),  # the batch this step decoded (some may have finished in it)
             self.pools.used_tokens(),
             self.pools.token_usage(),
             self.numbers.cuda_graph,
             self.last_gen_throughput,
             len(self.state.waiting_queue),
+            spec,
         )
 
     def on_idle(self) -> None:

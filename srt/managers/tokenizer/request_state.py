@@ -100,6 +100,9 @@ class ReqState:
         details = out.cached_tokens_details[i] if out.cached_tokens_details else None
         if details is not None:
             meta["cached_tokens_details"] = details.to_dict()
+        spec = out.spec_stats[i] if out.spec_stats else None
+        if spec is not None:
+            meta.update(spec.to_dict())
         if self.prompt_break is not None:
             meta["prompt_break"] = self.prompt_break
         if self.req.return_logprob:

@@ -1,0 +1,204 @@
+"""The decode step under speculative decoding: draft, verify in one target pass, accept.
+
+Per step each running request gets up to num_draft_tokens - 1 drafts (fewer near its length or
+context limit; none while its sampling depends on the exact history: grammars, penalties,
+min_new_tokens). Its pending token and drafts get slots at positions cur..cur+k and run as one
+TARGET_VERIFY pass; the verifier keeps the accepted drafts plus one token, the slots after the kept
+ones go back, and the tokens are appended one at a time through the usual finish rules (a stop
+string or EOS inside the accepted run ends the request there). When the pool cannot hold every
+request's verify slots, the step runs without drafts; when it cannot hold even that, requests are
+retracted as in plain decode.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import List, Optional
+
+import torch
+
+from sglang.srt.configs.sections import SpecSection
+from sglang.srt.core.req import Req, ReqStatus
+from sglang.srt.managers.scheduler.grammar_queue import GrammarQueue
+from sglang.srt.managers.scheduler.overlap import PendingResult
+from sglang.srt.managers.scheduler.result_processor import ResultProcessor
+from sglang.srt.managers.scheduler.retraction import DecodeUpdater
+from sglang.srt.managers.scheduler.schedule_batch import ScheduleBatch
+from sglang.srt.managers.scheduler.scheduler_state import KVPools, LaunchedBatch, SchedulerState
+from sglang.srt.mem_cache.common import evict_for
+from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
+from sglang.srt.speculative.verify import VerifyLayout, VerifyOutput, verify
+from sglang.srt.utils.device_copy import to_device
+
+
+class SpecDecoder:
+    def __init__(
+        self,
+        state: SchedulerState,
+        pools: KVPools,
+        decode: DecodeUpdater,
+        spec: SpecSection,
+        proposer,
+        model_runner,
+        grammar: GrammarQueue,
+        context_len: int,
+    ):
+        self.state = state
+        self.pools = pools
+        self.decode = decode
+        self.spec = spec
+        self.proposer = proposer
+        self.runner = model_runner
+        self.grammar = grammar
+        self.context_len = context_len
+        self.vocab = model_runner.vocab_size
+        self.device = model_runner.device
+
+    # ------------------------------------------------------------------ building
+    def update_running_batch(self) -> Optional[ScheduleBatch]:
+        batch = self.state.running_batch
+        batch.filter_batch()
+        batch.exclude_finishing()
+        if batch.is_empty():
+            return None
+        budgets = [self._draft_budget(r) for r in batch.reqs]
+        ks = self.proposer.plan(batch.reqs, budgets)
+        if evict_for(self.pools.tree_cache, self.pools.allocator, batch.verify_slots_needed(ks)):
+            self.decode.ratio.decay()
+        else:
+            # No room for the drafts: verify the pending tokens alone (a plain decode step), and
+            # retract if even that does not fit.
+            if not batch.check_decode_mem():
+                self.decode._retract(batch)
+                if batch.is_empty():
+                    return None
+            ks = [0] * len(batch.reqs)
+        batch.prepare_for_verify(ks)
+        batch.verify_input_ids, batch.draft_probs = self.proposer.draft(
+            batch.reqs, ks, batch.prefix_lens
+        )
+        return batch
+
+    def _draft_budget(self, r: Req) -> int:
+        sp = r.sampling_params
+        if (
+            r.grammar is not None
+            or sp.frequency_penalty
+            or sp.presence_penalty
+            or sp.repetition_penalty != 1.0
+            or len(r.output_ids) < sp.min_new_tokens
+        ):
+            return 0  # the sampling rule depends on every accepted token: one at a time
+        k = self.spec.max_drafts
+        if sp.max_new_tokens is not None:
+            k = min(k, sp.max_new_tokens - len(r.output_ids) - 1)
+        k = min(k, self.context_len - 1 - r.kv_allocated_len - 1)
+        return max(k, 0)
+
+    # ------------------------------------------------------------------ launching
+    def launch(self, batch: ScheduleBatch) -> LaunchedBatch:
+        fb = batch.to_forward_batch()
+        layout = VerifyLayout.of(batch.spec_num_drafts)
+        row_reqs = [r for r, k in zip(batch.reqs, batch.spec_num_drafts) for _ in range(1 + k)]
+        with torch.no_grad():
+            logits = self.runner.forward(fb).next_token_logits
+            info = self._row_info(batch, layout, row_reqs)
+            top = max((r.top_logprobs_num for r in batch.reqs if r.return_logprob), default=0)
+            out = verify(
+                logits,
+                fb.input_ids,
+                layout,
+                info,
+                batch.draft_probs,
+                top_logprobs_num=top,
+                return_logprob=batch.return_logprob,
+            )
+        return LaunchedBatch(
+            batch=batch,
+            pending=PendingResult(lambda: out),
+            reqs=list(batch.reqs),
+            samples=[True] * batch.batch_size(),
+            forward_mode=batch.forward_mode,
+            n_extend=0,
+            logprob_lens=[],
+            launch_time=time.perf_counter(),
+        )
+
+    def _row_info(self, batch: ScheduleBatch, layout: VerifyLayout, row_reqs: List[Req]):
+        info = SamplingBatchInfo.from_reqs(row_reqs, self.vocab, self.device)
+        # The plain sampler keys its noise by the 1-based index of the token it draws (output
+        # length + the token in flight); row j of a request draws token len(output) + j + 1.
+        steps = [
+            len(r.output_ids) + 1 + j
+            for r, k in zip(batch.reqs, layout.num_drafts)
+            for j in range(1 + k)
+        ]
+        info.steps = to_device(torch.tensor(steps, dtype=torch.int64), self.device)
+        # Only a request's first row may be constrained (constrained requests get no drafts).
+        first_rows: List[Optional[Req]] = [None] * layout.num_rows
+        for r, s in zip(batch.reqs, layout.starts):
+            first_rows[s] = r
+        self.grammar.attach_row_masks(first_rows, info)
+        return info
+
+    # ------------------------------------------------------------------ results
+    def process(self, launched: LaunchedBatch, results: ResultProcessor) -> None:
+        batch: ScheduleBatch = launched.batch
+        out: VerifyOutput = launched.pending.get()
+        allocator = self.pools.allocator
+        allocator.free_group_begin()
+        emitted = 0
+        try:
+            for i, req in enumerate(launched.reqs):
+                emitted += self._apply(batch, i, req, out, results)
+        finally:
+            allocator.free_group_end()
+        launched.num_tokens = emitted
+        results.stats.record_verify(launched, out)
+        results.streamer.stream_output(
+            [r for r in launched.reqs if r.status is not ReqStatus.RETRACTED]
+        )
+
+    def _apply(
+        self, batch: ScheduleBatch, i: int, req: Req, out: VerifyOutput, results: ResultProcessor
+    ) -> int:
+        if req.finished() or req.status is ReqStatus.RETRACTED:
+            return 0
+        cur, k, accepted = batch.prefix_lens[i], batch.spec_num_drafts[i], out.accept_lens[i]
+        n = 0
+        for j, tok in enumerate(out.tokens[i]):
+            req.output_ids.append(tok)
+            n += 1
+            if req.first_token_time is None:
+                req.first_token_time = time.monotonic()
+            if req.return_logprob and out.logprobs is not None:
+                req.output_token_logprobs.append([out.logprobs[i][j], tok])
+                if req.top_logprobs_num > 0:
+                    t = req.top_logprobs_num
+                    req.output_top_logprobs.append(
+                        list(zip(out.top_logprobs_val[i][j][:t], out.top_logprobs_idx[i][j][:t]))
+                    )
+            if req.grammar is not None:
+                results.grammar_accept(req, tok)
+            req.check_finished(
+                results.tokenizer, invalid=out.invalid[i] and j == len(out.tokens[i]) - 1
+            )
+            if req.finished():
+                break
+        req.spec_verify_ct += 1
+        req.spec_drafted += k
+        req.spec_accepted += accepted
+        if len(req.spec_accept_hist) <= self.spec.max_drafts:
+            req.spec_accept_hist.extend(
+                [0] * (self.spec.max_drafts + 1 - len(req.spec_accept_hist))
+            )
+        req.spec_accept_hist[accepted] += 1
+        self.proposer.on_verified(req, accepted, k, cur)
+        # KV is valid for the pending token and the accepted drafts; never past the sequence.
+        keep = min(cur + 1 + accepted, req.seqlen())
+        if req.finished():
+            req.kv_committed_len = keep  # release frees the rest
+            results.release_finished(req)
+        else:
+            batch.trim_verify_allocation(req, keep)
+        return n

@@ -1,0 +1,215 @@
+"""Where draft tokens come from: the request's own tokens (NGRAM) or a draft model (STANDALONE).
+
+Both answer two calls per verify step: plan (how many drafts each request gets, at most its
+budget) before the verify slots are allocated, and draft (the tokens, and the draft's distribution
+behind each, for the rejection rule) after. STANDALONE's draft model shares the target's request
+rows and slot numbers with a KV pool of its own, so drafting writes draft KV into the very slots
+the verify pass then fills with target KV. Draft KV only steers acceptance: the target checks every
+draft, so stale or missing draft KV costs speed, never correctness.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, List, Optional
+
+import torch
+
+from sglang.srt.configs.sections import SpecSection
+from sglang.srt.core.forward_batch_info import build_decode_batch, build_extend_batch
+from sglang.srt.core.req import Req
+from sglang.srt.layers.sampler import race_argmax_torch, row_hash
+from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
+from sglang.srt.speculative.ngram_proposer import NgramIndex
+from sglang.srt.speculative.verify import DRAFT_SALT, target_probs
+
+if TYPE_CHECKING:
+    from sglang.srt.model_executor.model_runner import ModelRunner
+
+
+class NgramProposer:
+    def __init__(self, spec: SpecSection):
+        self.spec = spec
+
+    def plan(self, reqs: List[Req], budgets: List[int]) -> List[int]:
+        for r, b in zip(reqs, budgets):
+            index = r.spec_state
+            if index is None:
+                index = r.spec_state = NgramIndex(
+                    self.spec.ngram_min_window, self.spec.ngram_max_window
+                )
+            n = len(index.tokens)
+            index.extend(r.origin_input_ids[n:] if n < len(r.origin_input_ids) else [])
+            out_start = max(len(index.tokens) - len(r.origin_input_ids), 0)
+            index.extend(r.output_ids[out_start:])
+            r.spec_drafts = index.propose(b) if b > 0 else []
+        return [len(r.spec_drafts) for r in reqs]
+
+    def draft(self, reqs: List[Req], num_drafts: List[int], prefix_lens: List[int]):
+        """Verify ids (pending + drafts, per request) and None: NGRAM drafts are point masses."""
+        ids: List[int] = []
+        for r, k in zip(reqs, num_drafts):
+            ids.append(r.output_ids[-1])
+            ids.extend(r.spec_drafts[:k])
+        return ids, None
+
+    def on_verified(self, req: Req, accepted: int, num_drafts: int, prefix_len: int) -> None:
+        req.spec_drafts = []
+
+
+class DraftModelProposer:
+    def __init__(
+        self,
+        spec: SpecSection,
+        draft_runner: "ModelRunner",
+        target_runner: "ModelRunner",
+        chunk: Optional[int],
+    ):
+        if draft_runner.vocab_size != target_runner.vocab_size:
+            raise ValueError(
+                f"The draft model's vocabulary ({draft_runner.vocab_size}) differs from the "
+                f"target's ({target_runner.vocab_size}): drafts must use the target's tokenizer."
+            )
+        self.spec = spec
+        self.runner = draft_runner
+        # Same rows, same slot numbers as the target; the draft's own KV buffers.
+        draft_runner.req_to_token_pool = target_runner.req_to_token_pool
+        self.pool = target_runner.req_to_token_pool
+        self.device = target_runner.device
+        self.vocab = target_runner.vocab_size
+        self.chunk = chunk or 1 << 30
+
+    def plan(self, reqs: List[Req], budgets: List[int]) -> List[int]:
+        return list(budgets)
+
+    @torch.no_grad()
+    def draft(self, reqs: List[Req], num_drafts: List[int], prefix_lens: List[int]):
+        """Catch the draft's KV up to each pending token, then k - 1 decode steps; returns the verify
+        ids and the draft's distribution behind each draft, on the verify rows that judge them."""
+        active = [i for i, k in enumerate(num_drafts) if k > 0]
+        drafts: List[List[int]] = [[] for _ in reqs]
+        rows_q: List[Optional[torch.Tensor]] = [None] * len(reqs)
+        q_parts: List[List[torch.Tensor]] = [[] for _ in reqs]
+        if active:
+            sub = [reqs[i] for i in active]
+            cur = [prefix_lens[i] for i in active]
+            logits = self._catch_up(sub, cur)
+            step = 0
+            live = list(range(len(sub)))
+            while live:
+                info = self._info([sub[j] for j in live], step)
+                toks, q = self._choose(logits, info)
+                for n, j in enumerate(live):
+                    drafts[active[j]].append(toks[n])
+                    if q is not None:
+                        q_parts[active[j]].append(q[n])
+                step += 1
+                live = [j for j in live if num_drafts[active[j]] > step]
+                if not live:
+                    break
+                logits = self._decode_step(
+                    [sub[j] for j in live],
+                    [drafts[active[j]][-1] for j in live],
+                    [cur[j] + step for j in live],
+                )
+        ids: List[int] = []
+        any_q = any(q_parts[i] for i in range(len(reqs)))
+        for i, r in enumerate(reqs):
+            ids.append(r.output_ids[-1])
+            ids.extend(drafts[i])
+            if any_q:
+                zero = torch.zeros((1, self.vocab), device=self.device)
+                rows_q[i] = torch.cat(
+                    [torch.stack(q_parts[i]) if q_parts[i] else zero[:0], zero], dim=0
+                )
+        probs = torch.cat(rows_q, dim=0) if any_q else None
+        return ids, probs
+
+    def on_verified(self, req: Req, accepted: int, num_drafts: int, prefix_len: int) -> None:
+        if num_drafts > 0:
+            # Draft KV was written for the pending token and d_1..d_{k-1}; of those, the ones now
+            # in the sequence are the pending token and the accepted drafts.
+            req.draft_kv_len = prefix_len + 1 + min(accepted, num_drafts - 1)
+
+    # ------------------------------------------------------------------ passes
+    def _catch_up(self, reqs: List[Req], cur: List[int]) -> torch.Tensor:
+        """Draft extend passes over positions [draft_kv_len, pending] (the whole prompt the first
+        time), chunked; returns the logits at each request's pending token."""
+        out: List[Optional[torch.Tensor]] = [None] * len(reqs)
+        start = [min(r.draft_kv_len, c) for r, c in zip(reqs, cur)]
+        while True:
+            todo = [i for i in range(len(reqs)) if start[i] <= cur[i]]
+            if not todo:
+                return torch.stack(out)
+            ids, pre, ext, rows, locs = [], [], [], [], []
+            for i in todo:
+                r = reqs[i]
+                end = min(cur[i] + 1, start[i] + self.chunk)
+                ids.extend(r.all_ids()[start[i] : end])
+                pre.append(start[i])
+                ext.append(end - start[i])
+                rows.append(r.req_pool_idx)
+                locs.append(self.pool.read(r.req_pool_idx, start[i], end))
+            fb = build_extend_batch(ids, pre, ext, rows, torch.cat(locs), self.device)
+            logits = self.runner.forward(fb).next_token_logits
+            for n, i in enumerate(todo):
+                start[i] = pre[n] + ext[n]
+                if start[i] == cur[i] + 1:
+                    out[i] = logits[n]
+                    reqs[i].draft_kv_len = start[i]
+
+    def _decode_step(
+        self, reqs: List[Req], tokens: List[int], positions: List[int]
+    ) -> torch.Tensor:
+        rows = [r.req_pool_idx for r in reqs]
+        locs = torch.tensor(
+            [int(self.pool.req_to_token_cpu[row, p]) for row, p in zip(rows, positions)],
+            dtype=torch.int64,
+        )
+        ids = torch.tensor(tokens, dtype=torch.int64)
+        fb = build_decode_batch(ids, [p + 1 for p in positions], rows, locs, self.device)
+        return self.runner.forward(fb).next_token_logits
+
+    def _info(self, reqs: List[Req], step: int) -> SamplingBatchInfo:
+        info = SamplingBatchInfo.from_reqs(reqs, self.vocab, self.device)
+        info.steps = info.steps + 1 + step  # the 1-based index of the drafted token, as verify
+        return info
+
+    def _choose(self, logits: torch.Tensor, info: SamplingBatchInfo):
+        """Each request's draft token: greedy rows their argmax, sampled rows a draw from the draft's
+        distribution (noise salted apart from the target's); and that distribution (None if all
+        rows are greedy)."""
+        logits = logits.float()
+        greedy = logits.argmax(dim=-1)
+        if info.is_all_greedy:
+            return greedy.tolist(), None
+        probs = target_probs(logits, info)
+        sampled = race_argmax_torch(probs, row_hash(info.seeds ^ DRAFT_SALT, info.steps))
+        toks = torch.where(info.greedy, greedy, sampled)
+        # A greedy row's draft is a point mass on its argmax.
+        point = torch.zeros_like(probs).scatter_(1, greedy.unsqueeze(1), 1.0)
+        probs = torch.where(info.greedy.unsqueeze(1), point, probs)
+        return toks.tolist(), probs
+
+
+def make_proposer(spec: SpecSection, target_runner: "ModelRunner", server_args, chunk):
+    if spec.algorithm == "NGRAM":
+        return NgramProposer(spec)
+    import dataclasses
+
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.model_executor.model_runner import ModelRunner
+
+    sa = dataclasses.replace(
+        server_args,
+        model_path=spec.draft_model_path,
+        tokenizer_path=None,
+        quantization=None,
+        max_total_tokens=target_runner.max_total_num_tokens,
+        max_running_requests=target_runner.max_running_requests,
+        disable_cuda_graph=True,
+        speculative_algorithm=None,
+        speculative_draft_model_path=None,
+    )
+    draft_cfg = ModelConfig.from_path(spec.draft_model_path, server_args.context_length)
+    draft = ModelRunner.from_server_args(draft_cfg, sa, target_runner.device, target_runner.gpu_id)
+    return DraftModelProposer(spec, draft, target_runner, chunk)

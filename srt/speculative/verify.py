@@ -1,0 +1,198 @@
+"""Verification of draft tokens against the target's distribution at every verify position.
+
+A request's verify rows are its pending token followed by its k drafts d_1..d_k; row j's logits
+give the target's distribution p_j over the token after row j. Row j - 1 therefore judges d_j:
+- greedy rows accept d_j iff it is p_{j-1}'s argmax (the output equals plain greedy decoding);
+- sampled rows use the standard rule: accept with probability min(1, p(d) / q(d)), q the draft's
+  distribution (a point mass for NGRAM drafts); at the first rejection the next token is drawn from
+  the residual max(p - q, 0) renormalised, so the output is distributed exactly as the target's.
+The accepted drafts plus one more token (that residual draw, or a draw from the row after the last
+draft when all were accepted) are the step's output: between 1 and k + 1 tokens per request.
+Random draws are keyed by (seed, output position) like the plain sampler's, with a salt per use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional
+
+import torch
+
+from sglang.srt.layers.sampler import (
+    _filter,
+    _nan_to_neg_inf,
+    apply_logit_adjustments,
+    bits_to_uniform,
+    race_argmax_torch,
+    row_hash,
+)
+from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
+
+# Salts of the per-row uniforms (the plain sampler's own noise, unsalted, draws the emitted token).
+ACCEPT_SALT = 0x5BD1E995
+DRAFT_SALT = 0x68E31DA4
+
+
+@dataclass
+class VerifyLayout:
+    """Where each request's rows are: rows [starts[r], starts[r] + 1 + num_drafts[r])."""
+
+    starts: List[int]
+    num_drafts: List[int]
+
+    @classmethod
+    def of(cls, num_drafts: List[int]) -> "VerifyLayout":
+        starts, s = [], 0
+        for k in num_drafts:
+            starts.append(s)
+            s += 1 + k
+        return cls(starts, list(num_drafts))
+
+    @property
+    def num_rows(self) -> int:
+        return sum(1 + k for k in self.num_drafts)
+
+
+@dataclass
+class VerifyOutput:
+    """Host lists, per request."""
+
+    accept_lens: List[int]  # drafts accepted
+    tokens: List[List[int]]  # accepted drafts + the one drawn after them
+    invalid: List[bool]  # a row had nothing samplable (NaN logits)
+    logprobs: Optional[List[List[float]]] = None  # raw logprob of each emitted token
+    top_logprobs_val: Optional[List[List[List[float]]]] = None
+    top_logprobs_idx: Optional[List[List[List[int]]]] = None
+
+
+def target_probs(logits: torch.Tensor, info: SamplingBatchInfo) -> torch.Tensor:
+    """The distribution each row samples from: temperature, then top-k / top-p / min-p (rows of
+    greedy requests are left as they are; their choice is the argmax)."""
+    probs = torch.softmax(logits / info.temperatures, dim=-1)
+    if info.need_top_k or info.need_top_p or info.need_min_p:
+        probs = _filter(probs, info)
+    return probs
+
+
+def row_uniforms(info: SamplingBatchInfo, salt: int) -> torch.Tensor:
+    """One uniform in (0, 1) per row, a pure function of (seed, output position, salt)."""
+    return bits_to_uniform(row_hash(info.seeds ^ salt, info.steps))
+
+
+def verify(
+    logits: torch.Tensor,
+    verify_ids: torch.Tensor,
+    layout: VerifyLayout,
+    info: SamplingBatchInfo,
+    draft_probs: Optional[torch.Tensor] = None,
+    top_logprobs_num: int = 0,
+    return_logprob: bool = False,
+) -> VerifyOutput:
+    """logits [R, V] at every verify row, verify_ids [R] the rows' input tokens, info per row
+    (steps = the output position each row predicts), draft_probs [R, V] the draft's distribution
+    behind the token that follows each row (None: point masses, as NGRAM drafts are)."""
+    R = logits.shape[0]
+    dev = logits.device
+    logits = logits.float()
+    raw_lp = torch.log_softmax(logits, dim=-1) if return_logprob else None
+    logits = logits.clone() if return_logprob else logits
+    apply_logit_adjustments(logits, info)
+    logits = _nan_to_neg_inf(logits)
+    best, greedy_pick = logits.max(dim=-1)
+    dead = best == float("-inf")
+    greedy_pick = torch.where(dead, torch.zeros_like(greedy_pick), greedy_pick)
+
+    # The draft each row judges: the input token of the next row of the same request.
+    k = torch.tensor(layout.num_drafts, device=dev)
+    starts = torch.tensor(layout.starts, device=dev)
+    row_req = torch.repeat_interleave(torch.arange(len(layout.starts), device=dev), 1 + k)
+    local = torch.arange(R, device=dev) - starts[row_req]
+    judges = local < k[row_req]  # rows that have a draft after them
+    nxt = torch.clamp(torch.arange(R, device=dev) + 1, max=R - 1)
+    draft = torch.where(judges, verify_ids[nxt], torch.zeros_like(verify_ids))
+
+    if info.is_all_greedy:
+        accept = judges & (greedy_pick == draft)
+        emit_if_rejected = emit_if_final = greedy_pick
+    else:
+        probs = target_probs(logits, info)
+        p_d = probs.gather(1, draft.unsqueeze(1)).squeeze(1)
+        if draft_probs is None:
+            q_d = torch.ones_like(p_d)
+            residual = probs.scatter(1, draft.unsqueeze(1), 0.0)
+        else:
+            q_d = draft_probs.gather(1, draft.unsqueeze(1)).squeeze(1)
+            residual = torch.clamp(probs - draft_probs, min=0.0)
+        u = row_uniforms(info, ACCEPT_SALT)
+        sampled_accept = u * q_d < p_d  # u < p / q without dividing by a zero q
+        accept = judges & torch.where(info.greedy, greedy_pick == draft, sampled_accept)
+        mass = residual.sum(dim=-1, keepdim=True)
+        residual = torch.where(mass > 0, residual / mass.clamp_min(1e-30), probs)
+        rows = row_hash(info.seeds, info.steps)
+        from_p = race_argmax_torch(probs, rows)
+        from_residual = race_argmax_torch(residual, rows)
+        emit_if_final = torch.where(info.greedy, greedy_pick, from_p)
+        emit_if_rejected = torch.where(info.greedy, greedy_pick, from_residual)
+
+    # Leading accepted drafts per request: a cumulative product over each request's rows.
+    acc = accept.to(torch.int64)
+    accept_lens = torch.zeros(len(layout.starts), dtype=torch.int64, device=dev)
+    if R:
+        run = _segment_cumprod(acc, row_req, starts)
+        accept_lens.index_add_(0, row_req, run * judges.to(torch.int64))
+    final_row = starts + accept_lens
+    rejected = accept_lens < k
+    last_tok = torch.where(rejected, emit_if_rejected[final_row], emit_if_final[final_row])
+
+    host = _to_host(verify_ids, accept_lens, last_tok, dead, row_req)
+    ids_h, acc_h, last_h, dead_h = host
+    out = VerifyOutput(accept_lens=acc_h, tokens=[], invalid=[])
+    for r, s in enumerate(layout.starts):
+        a = acc_h[r]
+        out.tokens.append(ids_h[s + 1 : s + 1 + a] + [last_h[r]])
+        out.invalid.append(any(dead_h[s : s + a + 1]))
+    if return_logprob:
+        _add_logprobs(out, raw_lp, layout, top_logprobs_num)
+    return out
+
+
+def _segment_cumprod(x: torch.Tensor, seg: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
+    """Cumulative product of 0/1 values restarting at each segment: 1 while every value so far in
+    the segment is 1."""
+    zeros_before = torch.cumsum(1 - x, dim=0)
+    base = torch.where(
+        starts > 0, zeros_before[(starts - 1).clamp_min(0)], torch.zeros_like(starts)
+    )
+    return (zeros_before - base[seg] == 0).to(torch.int64)
+
+
+def _to_host(verify_ids, accept_lens, last_tok, dead, row_req):
+    return (
+        verify_ids.tolist(),
+        accept_lens.tolist(),
+        last_tok.tolist(),
+        dead.tolist(),
+    )
+
+
+def _add_logprobs(out: VerifyOutput, raw_lp: torch.Tensor, layout: VerifyLayout, top: int) -> None:
+    rows, toks = [], []
+    for r, s in enumerate(layout.starts):
+        for j, t in enumerate(out.tokens[r]):
+            rows.append(s + j)
+            toks.append(t)
+    idx = torch.tensor(rows, device=raw_lp.device)
+    tok = torch.tensor(toks, device=raw_lp.device)
+    lp = raw_lp[idx].gather(1, tok.unsqueeze(1)).squeeze(1).tolist()
+    tv = ti = None
+    if top > 0:
+        v, i = raw_lp[idx].topk(min(top, raw_lp.shape[-1]), dim=-1)
+        tv, ti = v.tolist(), i.tolist()
+    out.logprobs, out.top_logprobs_val, out.top_logprobs_idx = [], [], []
+    off = 0
+    for r in range(len(layout.starts)):
+        n = len(out.tokens[r])
+        out.logprobs.append(lp[off : off + n])
+        out.top_logprobs_val.append(tv[off : off + n] if tv is not None else [])
+        out.top_logprobs_idx.append(ti[off : off + n] if ti is not None else [])
+        off += n

@@ -1,0 +1,290 @@
+"""Speculative decoding through the real scheduler (in-process, tiny random models).
+
+Greedy output must be token-identical to plain decoding for every draft source (NGRAM; a random
+draft model; the target drafting for itself, where every draft is accepted), across batches of
+mixed lengths, chunked prompts, retraction in a tiny pool and both loop flags. Sampled output must
+be distributed as plain sampling (a chi-square test on the first sampled tokens). No slot leaks:
+the busy and idle invariants run after every step.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Dict, List, Tuple
+
+import pytest
+import torch
+
+from sglang.srt.core.io_struct.to_scheduler import TokenizedGenerateReqInput
+from sglang.srt.core.sampling_params import SamplingParams
+from sglang.srt.managers.scheduler.scheduler import Scheduler
+from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
+from sglang.srt.server_args import ServerArgs
+from sglang.srt.speculative.ngram_proposer import NgramIndex, _hash
+from sglang.srt.speculative.verify import VerifyLayout, verify
+
+_rid = itertools.count()
+
+
+def make(tiny_models, **kw) -> Scheduler:
+    sa = ServerArgs(
+        model_path=tiny_models["llama"],
+        tokenizer_path=tiny_models["llama"],
+        grammar_backend="none",
+        strict_memory_check=True,
+        **{"max_total_tokens": 4096, **kw},
+    )
+    return Scheduler(sa, None)
+
+
+def run_batch(sched: Scheduler, prompts: List[List[int]], max_new: int, **sp_kw) -> List[dict]:
+    """All prompts at once; returns each request's tokens and spec counts."""
+    reqs = []
+    for ids in prompts:
+        rid = f"s{next(_rid)}"
+        sp = SamplingParams(max_new_tokens=max_new, **{"temperature": 0.0, **sp_kw})
+        sp.normalize(None)
+        sched.intake.handle_generate_request(
+            TokenizedGenerateReqInput(rid=rid, input_ids=ids, sampling_params=sp)
+        )
+        reqs.append(sched.state.rid_to_req.get(rid))
+    for _ in range(3000):
+        sched.step()
+        sched.invariants.check_busy()
+        if sched._is_fully_idle():
+            break
+    for _ in range(3):
+        sched.step()  # idle passes run the idle invariant (strict)
+    assert all(r.finished() for r in reqs)
+    return [
+        dict(ids=list(r.output_ids), verify=r.spec_verify_ct, accepted=r.spec_accepted)
+        for r in reqs
+    ]
+
+
+def repetitive_prompts() -> List[List[int]]:
+    """Prompts whose continuations repeat earlier spans (what NGRAM drafts from), of mixed lengths."""
+    base = list(range(300, 340))
+    return [
+        base * 3,
+        [7, 8, 9] * 20 + base[:10],
+        base[::2] * 4,
+        list(range(500, 530)),
+    ]
+
+
+# ---------------------------------------------------------------------------- units
+def test_ngram_index_bulk_and_incremental_hashes_agree():
+    toks = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5] * 6
+    bulk = NgramIndex(1, 5)
+    bulk.extend(toks)
+    inc = NgramIndex(1, 5)
+    for t in toks:
+        inc.extend([t])
+    assert bulk.ends == inc.ends
+    assert bulk.ends[3][_hash([1, 5, 9])] == max(
+        q for q in range(3, len(toks)) if toks[q - 3 : q] == [1, 5, 9]
+    )
+
+
+def test_ngram_proposes_what_followed_the_longest_earlier_match():
+    idx = NgramIndex(1, 4)
+    idx.extend([1, 2, 3, 4, 5, 6, 9, 9, 2, 3, 4])
+    assert idx.propose(3) == [5, 6, 9]  # "2 3 4" occurred before, followed by 5 6 9
+    idx.extend([7])
+    assert idx.propose(2) == []  # nothing ends with 7 earlier
+    assert NgramIndex(1, 4).propose(3) == []
+
+
+def test_verify_greedy_accepts_the_longest_matching_prefix():
+    V = 16
+    logits = torch.full((7, V), -5.0)
+    # Request 0: rows 0-3 (pending + 3 drafts); the target's argmax per row is 5, 6, 7, 8.
+    for row, best in zip(range(4), [5, 6, 7, 8]):
+        logits[row, best] = 5.0
+    # Request 1: rows 4-6 (pending + 2 drafts); argmax 1, 2, 3.
+    for row, best in zip(range(4, 7), [1, 2, 3]):
+        logits[row, best] = 5.0
+    ids = torch.tensor([0, 5, 6, 9, 0, 4, 2])  # req 0 drafts 5 6 9; req 1 drafts 4 2
+    info = _greedy_info(7, V)
+    out = verify(logits, ids, VerifyLayout.of([3, 2]), info)
+    assert out.accept_lens == [2, 0]
+    assert out.tokens == [[5, 6, 7], [1]]  # accepted 5 6, then the target's 7; req 1: just 1
+
+
+def _greedy_info(rows: int, V: int) -> SamplingBatchInfo:
+    z = torch.zeros(rows)
+    return SamplingBatchInfo(
+        temperatures=torch.ones(rows, 1),
+        top_ps=torch.ones(rows),
+        top_ks=torch.full((rows,), V),
+        min_ps=z,
+        greedy=torch.ones(rows, dtype=torch.bool),
+        seeds=torch.zeros(rows, dtype=torch.int64),
+        steps=torch.arange(rows),
+        is_all_greedy=True,
+        need_top_p=False,
+        need_top_k=False,
+        need_min_p=False,
+        vocab_size=V,
+    )
+
+
+# ---------------------------------------------------------------------------- greedy identity
+@pytest.fixture(scope="module")
+def plain_outputs(tiny_models) -> Dict[str, List[dict]]:
+    sched = make(tiny_models)
+    return {"rep": run_batch(sched, repetitive_prompts(), 24)}
+
+
+@pytest.mark.parametrize(
+    "name,kw",
+    [
+        ("ngram", dict(speculative_algorithm="NGRAM")),
+        (
+            "ngram-chunked-page4",
+            dict(speculative_algorithm="NGRAM", chunked_prefill_size=32, page_size=4),
+        ),
+        ("ngram-8-drafts", dict(speculative_algorithm="NGRAM", speculative_num_draft_tokens=8)),
+    ],
+)
+def test_ngram_greedy_matches_plain_decoding(tiny_models, plain_outputs, name, kw):
+    got = run_batch(make(tiny_models, **kw), repetitive_prompts(), 24)
+    assert [g["ids"] for g in got] == [p["ids"] for p in plain_outputs["rep"]]
+    # Repetitive text gets more than one token per verify on average.
+    verify_ct = sum(g["verify"] for g in got)
+    emitted = sum(len(g["ids"]) - 1 for g in got)  # the first token comes from the prefill
+    assert verify_ct > 0 and emitted / verify_ct > 1.0, (emitted, verify_ct)
+
+
+@pytest.mark.parametrize("draft", ["random", "self"])
+def test_standalone_greedy_matches_plain_decoding(tiny_models, plain_outputs, draft):
+    path = tiny_models["qwen2"] if draft == "random" else tiny_models["llama"]
+    sched = make(tiny_models, speculative_algorithm="STANDALONE", speculative_draft_model_path=path)
+    got = run_batch(sched, repetitive_prompts(), 24)
+    assert [g["ids"] for g in got] == [p["ids"] for p in plain_outputs["rep"]]
+    drafted = sum(r["verify"] for r in got) * 3
+    accepted = sum(r["accepted"] for r in got)
+    if draft == "self":
+        # The target drafting for itself: a draft is its own greedy choice, so all are accepted
+        # (up to the length cap, which trims the last steps' drafts).
+        assert accepted >= 0.9 * drafted - 3 * len(got), (accepted, drafted)
+
+
+def test_logprobs_and_stop_tokens_match_plain_decoding(tiny_models):
+    prompts = repetitive_prompts()[:2]
+    plain = make(tiny_models)
+    spec = make(tiny_models, speculative_algorithm="NGRAM")
+
+    def run(sched, **kw):
+        rid = f"lp{next(_rid)}"
+        sp = SamplingParams(max_new_tokens=20, temperature=0.0, **kw)
+        sp.normalize(None)
+        sched.intake.handle_generate_request(
+            TokenizedGenerateReqInput(
+                rid=rid,
+                input_ids=prompts[1],
+                sampling_params=sp,
+                return_logprob=True,
+                top_logprobs_num=3,
+                logprob_start_len=len(prompts[1]),
+            )
+        )
+        req = sched.state.rid_to_req[rid]
+        while not req.finished():
+            sched.step()
+        for _ in range(3):
+            sched.step()
+        return req
+
+    a, b = run(plain), run(spec)
+    assert b.output_ids == a.output_ids
+    for (la, ta), (lb, tb) in zip(a.output_token_logprobs, b.output_token_logprobs):
+        assert ta == tb and abs(la - lb) < 1e-4
+    assert [[t for _, t in row] for row in b.output_top_logprobs] == [
+        [t for _, t in row] for row in a.output_top_logprobs
+    ]
+    # A stop token that plain decoding meets at output position 6 ends the speculative run there
+    # too, even when it sits inside an accepted run of drafts.
+    stop = a.output_ids[6]
+    first = a.output_ids.index(stop)
+    c, d = run(plain, stop_token_ids=[stop]), run(spec, stop_token_ids=[stop])
+    assert c.output_ids == d.output_ids == a.output_ids[: first + 1]
+
+
+def test_retraction_in_a_tiny_pool_keeps_tokens_and_accounting(tiny_models):
+    prompts = [[600 + i, 601 + i, 602 + i] * 3 + [700 + i] for i in range(6)]
+    ref = run_batch(make(tiny_models), prompts, 60)
+    sched = make(
+        tiny_models,
+        speculative_algorithm="NGRAM",
+        max_total_tokens=192,
+        max_running_requests=6,
+    )
+    before = sched.stats.num_retracted_total
+    got = run_batch(sched, prompts, 60)
+    assert sched.stats.num_retracted_total > before
+    assert [g["ids"] for g in got] == [r["ids"] for r in ref]
+
+
+# ---------------------------------------------------------------------------- sampling
+@pytest.fixture(scope="module")
+def small_vocab_models(tmp_path_factory):
+    from model_fixtures import write_tiny_model
+
+    root = tmp_path_factory.mktemp("small_vocab")
+    target = write_tiny_model("llama", str(root / "t"), seed=3, with_tokenizer=False, vocab_size=16)
+    draft = write_tiny_model("llama", str(root / "d"), seed=4, with_tokenizer=False, vocab_size=16)
+    return target, draft
+
+
+def sample_second_tokens(path: str, n: int, **kw) -> List[Tuple[int, int]]:
+    sa = ServerArgs(
+        model_path=path,
+        skip_tokenizer_init=True,
+        grammar_backend="none",
+        strict_memory_check=True,
+        max_total_tokens=8192,
+        max_running_requests=128,
+        **kw,
+    )
+    sched = Scheduler(sa, None)
+    prompt = [1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3]
+    reqs = []
+    for i in range(n):
+        sp = SamplingParams(
+            max_new_tokens=4, temperature=1.0, sampling_seed=1000 + i, ignore_eos=True
+        )
+        sp.normalize(None)
+        rid = f"c{next(_rid)}"
+        sched.intake.handle_generate_request(
+            TokenizedGenerateReqInput(rid=rid, input_ids=prompt, sampling_params=sp)
+        )
+        reqs.append(sched.state.rid_to_req[rid])
+    while not sched._is_fully_idle():
+        sched.step()
+    sched.step()
+    return [(r.output_ids[1], r.output_ids[2]) for r in reqs]
+
+
+@pytest.mark.parametrize("algo", ["NGRAM", "STANDALONE"])
+def test_sampled_tokens_follow_the_target_distribution(small_vocab_models, algo):
+    """The tokens speculation emits are distributed as plain sampling's: a chi-square test on the
+    first two speculated positions (the prefill's token is shared)."""
+    from scipy.stats import chi2_contingency
+
+    target, draft = small_vocab_models
+    n = 600
+    plain = sample_second_tokens(target, n)
+    kw = dict(speculative_algorithm=algo)
+    if algo == "STANDALONE":
+        kw["speculative_draft_model_path"] = draft
+    spec = sample_second_tokens(target, n, **kw)
+    for pos in (0, 1):
+        table = torch.zeros((2, 16), dtype=torch.int64)
+        for row, samples in enumerate((plain, spec)):
+            for s in samples:
+                table[row, s[pos]] += 1
+        keep = table.sum(0) > 0
+        _, p, _, _ = chi2_contingency(table[:, keep].numpy())
+        assert p > 0.001, (pos, table.tolist(), p)
