@@ -35,6 +35,17 @@ CONFIGS = {
         page_size=4,
         chunked_prefill_size=16,
     ),
+    # Speculative decoding: verify slots allocated and trimmed every step.
+    "spec-ngram-page4-chunk16": dict(
+        speculative_algorithm="NGRAM", page_size=4, chunked_prefill_size=16
+    ),
+    "spec-ngram-hicache": dict(speculative_algorithm="NGRAM", enable_hierarchical_cache=True),
+    # The target drafting for itself ("SELF": the fixture puts in the model path).
+    "spec-standalone-chunk16": dict(
+        speculative_algorithm="STANDALONE",
+        speculative_draft_model_path="SELF",
+        chunked_prefill_size=16,
+    ),
     "overlap-hicache-selective-mixed-smallhost": dict(
         enable_hierarchical_cache=True,
         hicache_write_policy="write_through_selective",
@@ -53,6 +64,9 @@ def schedulers(tiny_models):
 
     def get(name):
         if name not in cache:
+            cfg = dict(CONFIGS[name])
+            if cfg.get("speculative_draft_model_path") == "SELF":
+                cfg["speculative_draft_model_path"] = tiny_models["llama"]
             sa = ServerArgs(
                 model_path=tiny_models["llama"],
                 tokenizer_path=tiny_models["llama"],
@@ -60,7 +74,7 @@ def schedulers(tiny_models):
                 max_running_requests=6,
                 grammar_backend="none",
                 strict_memory_check=True,
-                **CONFIGS[name],
+                **cfg,
             )
             cache[name] = Scheduler(sa, None)
         return cache[name]

@@ -32,6 +32,7 @@ class PrefillConfig:
     priority_scheduling: bool
     preemption_threshold: int
     cache_report: bool = False
+    draft_reserve_per_req: int = 0  # speculative decoding: drafts verified per request per step
 
 
 class PrefillBuilder:
@@ -76,6 +77,7 @@ class PrefillBuilder:
             cfg.chunked_prefill_size,
             mixed,
             pools.page_size,
+            draft_reserve_per_req=cfg.draft_reserve_per_req,
         )
         chunked = state.chunked_req
         if chunked is not None:

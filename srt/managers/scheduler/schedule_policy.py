@@ -155,7 +155,10 @@ class PrefillAdder:
         mixed_decode_tokens: int = 0,
         page_size: int = 1,
         max_new_reqs: Optional[int] = None,
+        draft_reserve_per_req: int = 0,
     ):
+        """draft_reserve_per_req: speculative decoding's verify slots beyond the one token each
+        running request takes per step (held for the step, then trimmed to what was accepted)."""
         self.tree_cache = tree_cache
         self.allocator = allocator
         self.running_reqs = running_reqs
@@ -173,6 +176,8 @@ class PrefillAdder:
             * (1.0 if r.sampling_params.ignore_eos else new_token_ratio)
             for r in running_reqs
         )
+        self.draft_reserve = draft_reserve_per_req
+        self.rem_total_token_offset += draft_reserve_per_req * len(running_reqs)
         self.cur_rem_token_offset = mixed_decode_tokens
         self.can_run_list: List[Req] = []
         self.new_chunked_req: Optional[Req] = None
@@ -269,7 +274,7 @@ class PrefillAdder:
             return AddReqResult.OTHER
         if whole:
             self.can_run_list.append(req)
-            self._update_budget(prefix_len, input_tokens, self._reserve(req))
+            self._update_budget(prefix_len, input_tokens, self._reserve(req) + self.draft_reserve)
         else:
             trunc = self._aligned_trunc(prefix_len, self.rem_chunk_tokens)
             req.extend_input_len = trunc

@@ -303,6 +303,9 @@ class Scheduler:
                 priority_scheduling=sa.enable_priority_scheduling,
                 preemption_threshold=sa.priority_scheduling_preemption_threshold,
                 cache_report=sa.enable_cache_report,
+                draft_reserve_per_req=(
+                    sa.speculative_num_draft_tokens - 1 if sa.speculative_algorithm else 0
+                ),
             ),
         )
         self.decode = DecodeUpdater(state, self.ratio, self.stats, self.streamer)
