@@ -288,3 +288,16 @@ def test_sampled_tokens_follow_the_target_distribution(small_vocab_models, algo)
         keep = table.sum(0) > 0
         _, p, _, _ = chi2_contingency(table[:, keep].numpy())
         assert p > 0.001, (pos, table.tolist(), p)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+def test_model_config_counts_the_parameters(tiny_models, arch):
+    """The draft model's weights are reserved from the pool by this count (before it loads)."""
+    from transformers import AutoModelForCausalLM
+
+    from sglang.srt.configs.model_config import ModelConfig
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_models[arch])
+    assert ModelConfig.from_path(tiny_models[arch]).num_params() == sum(
+        p.numel() for p in model.parameters()
+    )

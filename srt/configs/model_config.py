@@ -76,6 +76,19 @@ class ModelConfig:
             return getattr(torch, self.torch_dtype)
         return torch.bfloat16
 
+    def num_params(self) -> int:
+        """Parameter count from the shapes (embedding, decoder layers, norms, LM head)."""
+        h, hd = self.hidden_size, self.head_dim
+        attn = h * (self.num_attention_heads + 2 * self.num_key_value_heads) * hd
+        attn += self.num_attention_heads * hd * h
+        if self.attention_bias:
+            attn += (self.num_attention_heads + 2 * self.num_key_value_heads) * hd
+        if self.qk_norm:
+            attn += 2 * hd
+        layer = attn + 3 * h * self.intermediate_size + 2 * h
+        head = 0 if self.tie_word_embeddings else self.vocab_size * h
+        return self.vocab_size * h + self.num_hidden_layers * layer + h + head
+
     def kv_heads_per_rank(self, tp_size: int) -> int:
         """KV heads are split across ranks, or replicated when there are fewer heads than ranks."""
         return max(1, self.num_key_value_heads // tp_size)

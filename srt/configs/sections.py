@@ -55,6 +55,11 @@ class MemorySection:
     page_size: int
     kv_cache_dtype: str
     chunked_prefill_size: Optional[int]  # the activation reserve grows with the chunk
+    # Speculative decoding's draft model: its weights and a KV pool as large as this one come out
+    # of the same memory, so the target's pool shrinks by both.
+    draft_model_path: Optional[str] = None
+    # The draft model's own runner: exactly max_total_tokens slots (the target's slot numbers).
+    exact_pool: bool = False
 
     @staticmethod
     def of(sa: ServerArgs) -> "MemorySection":
@@ -65,6 +70,11 @@ class MemorySection:
             page_size=sa.page_size,
             kv_cache_dtype=sa.kv_cache_dtype,
             chunked_prefill_size=sa.chunked_prefill_size,
+            draft_model_path=(
+                sa.speculative_draft_model_path
+                if sa.speculative_algorithm == "STANDALONE"
+                else None
+            ),
         )
 
 

@@ -163,11 +163,11 @@ class ModelRunner:
             frac = mem.mem_fraction_static or CPU_DEFAULT_KV_FRACTION
             rest = post_free * frac
         self.mem_fraction = frac
-        tokens = int(max(rest, 0) // self.cell_size())
+        draft_weights, draft_cell = self._draft_reserve()
+        tokens = int(max(rest - draft_weights, 0) // (self.cell_size() + draft_cell))
         if mem.max_total_tokens is not None:
-            tokens = (
-                mem.max_total_tokens if self.device == "cpu" else min(tokens, mem.max_total_tokens)
-            )
+            exact = self.device == "cpu" or mem.exact_pool
+            tokens = mem.max_total_tokens if exact else min(tokens, mem.max_total_tokens)
         tokens = tokens // self.page_size * self.page_size
         if tokens < 16:
             raise RuntimeError(
@@ -181,6 +181,18 @@ class ModelRunner:
         else:
             max_running = max(1, min(estimated, tokens // 2))
         return PoolSizes(tokens, max_running, post_free / GB)
+
+    def _draft_reserve(self) -> tuple:
+        """(weight bytes, KV bytes per token) of the speculative draft model, if one is set."""
+        path = self.memory_section.draft_model_path
+        if not path:
+            return 0, 0
+        cfg = ModelConfig.from_path(path)
+        elem = torch.empty(0, dtype=self.dtype).element_size()
+        cell = MHATokenToKVPool.bytes_per_token(
+            cfg.kv_heads_per_rank(self.tp_size), cfg.head_dim, cfg.num_hidden_layers, self.kv_dtype
+        )
+        return cfg.num_params() * elem, cell
 
     def _init_pools(self) -> None:
         cfg = self.model_config

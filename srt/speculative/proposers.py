@@ -210,6 +210,13 @@ def make_proposer(spec: SpecSection, target_runner: "ModelRunner", server_args, 
         speculative_algorithm=None,
         speculative_draft_model_path=None,
     )
+    from sglang.srt.configs.sections import MemorySection, ModelSection
+
     draft_cfg = ModelConfig.from_path(spec.draft_model_path, server_args.context_length)
-    draft = ModelRunner.from_server_args(draft_cfg, sa, target_runner.device, target_runner.gpu_id)
+    # Exactly the target's slot count: the draft's KV lives at the target's slot numbers (the
+    # target's pool was sized with this pool's bytes taken out).
+    memory = dataclasses.replace(MemorySection.of(sa), exact_pool=True)
+    draft = ModelRunner(
+        draft_cfg, ModelSection.of(sa), memory, target_runner.device, target_runner.gpu_id
+    )
     return DraftModelProposer(spec, draft, target_runner, chunk)
