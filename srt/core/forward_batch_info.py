@@ -2,8 +2,8 @@
 
 EXTEND runs new tokens of each request against its cached prefix (prefill, chunked prefill);
 DECODE runs one token per request; MIXED is an extend batch whose tail rows are decode requests
-(extend length 1), used by --enable-mixed-chunk; TARGET_VERIFY runs draft tokens the same way as an
-extend and returns logits at every row (speculative decoding).
+(extend length 1), used by --enable-mixed-chunk; TARGET_VERIFY is speculative decoding's step, whose
+pass runs as a decode batch with one row per verified token.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ class ForwardMode(IntEnum):
     EXTEND = auto()
     DECODE = auto()
     MIXED = auto()
-    # Speculative decoding: each request's pending token and drafts, run as an extend over its KV,
-    # with logits at every row. Not an extend for the scheduler (no prompt is prefilled).
+    # Speculative decoding: the scheduler's step that checks each request's pending token and
+    # drafts. Its forward pass is a DECODE batch of one row per token (ScheduleBatch builds it).
     TARGET_VERIFY = auto()
 
     def is_extend(self) -> bool:

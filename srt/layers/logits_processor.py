@@ -34,8 +34,8 @@ class LogitsProcessor:
         self, hidden: torch.Tensor, lm_head, forward_batch: ForwardBatch
     ) -> LogitsProcessorOutput:
         mode = forward_batch.forward_mode
-        if mode.is_decode() or mode.is_target_verify():
-            last = hidden  # one row per token: decode, or every verify position
+        if mode.is_decode():
+            last = hidden
         else:
             last_idx = forward_batch.extend_start_loc + forward_batch.extend_seq_lens - 1
             last = hidden[last_idx]

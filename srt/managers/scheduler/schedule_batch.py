@@ -158,8 +158,7 @@ class ScheduleBatch:
         return need
 
     def prepare_for_verify(self, num_drafts: List[int]) -> None:
-        """Slots for each request's pending token and its drafts at positions cur..cur+k, recorded in
-        the host mirror and the device table (the verify pass runs as an extend, which reads it)."""
+        """Slots for each request's pending token and its drafts at positions cur..cur+k."""
         self.forward_mode = ForwardMode.TARGET_VERIFY
         pool = self.req_to_token_pool
         cur = [r.kv_allocated_len for r in self.reqs]
@@ -171,7 +170,8 @@ class ScheduleBatch:
             loc = alloc_paged(self.tree_cache, self.allocator, cur, last, n)
         rows = [r.req_pool_idx for r, e in zip(self.reqs, n) for _ in range(e)]
         positions = [c + j for c, e in zip(cur, n) for j in range(e)]
-        pool.write_batch(rows, positions, loc, on_device=True)
+        # The pass runs as a decode batch, which records its slots in the device table itself.
+        pool.write_batch(rows, positions, loc, on_device=False)
         self.out_cache_loc = loc
         self.prefix_lens = cur
         self.extend_lens = n
@@ -277,15 +277,7 @@ class ScheduleBatch:
     def to_forward_batch(self) -> ForwardBatch:
         rows = [r.req_pool_idx for r in self.reqs]
         if self.forward_mode.is_target_verify():
-            return build_extend_batch(
-                self.verify_input_ids,
-                self.prefix_lens,
-                self.extend_lens,
-                rows,
-                self.out_cache_loc,
-                self.device,
-                self.forward_mode,
-            )
+            return self._verify_forward_batch()
         if self.forward_mode.is_decode():
             return build_decode_batch(
                 self.output_ids, self.seq_lens, rows, self.out_cache_loc, self.device
@@ -304,6 +296,16 @@ class ScheduleBatch:
             fb.input_ids[len(self.extend_input_ids) :] = self.mixed_input_ids
         self._add_logprob_fields(fb, n_ext)
         return fb
+
+    def _verify_forward_batch(self) -> ForwardBatch:
+        """The verify pass as a decode batch of one row per token: row j of a request is its token
+        at position cur + j, attending to the request's KV up to and including that position. Each
+        layer stores every row's KV before any row attends, so this is exactly the causal verify;
+        and as a decode batch it replays the decode CUDA graphs."""
+        rows = [r.req_pool_idx for r, e in zip(self.reqs, self.extend_lens) for _ in range(e)]
+        seq_lens = [c + j + 1 for c, e in zip(self.prefix_lens, self.extend_lens) for j in range(e)]
+        ids = torch.tensor(self.verify_input_ids, dtype=torch.int64)
+        return build_decode_batch(ids, seq_lens, rows, self.out_cache_loc, self.device)
 
     def _add_logprob_fields(self, fb: ForwardBatch, n_ext: int) -> None:
         if not any(r.return_logprob for r in self.reqs[:n_ext]):
