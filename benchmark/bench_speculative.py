@@ -1,0 +1,200 @@
+"""Time per output token against accept length: speculative verify passes vs plain decode steps.
+
+The target runs in-process (the real scheduler, CUDA graphs, dummy weights of a real shape). The
+draft is an oracle: it proposes the target's own greedy continuation (from a plain run of the same
+prompts), each draft token kept with probability --accept (a wrong token otherwise, which ends the
+accepted run), so the accept length is set by the benchmark and drafting costs nothing. The table
+is the verify side of the trade: what a step with k drafts costs against a plain step, and the time
+per output token that results at each acceptance.
+
+    python benchmark/bench_speculative.py --model-config llama3-8b --batch-size 1 8 32 64 \
+        --accept 0 0.6 0.9 1.0 --num-draft-tokens 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from typing import Dict, List
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from model_configs import MODEL_CONFIGS, write_model_config  # noqa: E402
+
+
+class OracleProposer:
+    """Drafts = the reference continuation, each token kept with probability `accept`."""
+
+    def __init__(self, reference: Dict[str, List[int]], accept: float, vocab: int, seed: int):
+        self.reference = reference
+        self.accept = accept
+        self.vocab = vocab
+        self.rng = random.Random(seed)
+
+    def plan(self, reqs, budgets):
+        for r, b in zip(reqs, budgets):
+            ref = self.reference[r.rid.split("@")[0]]
+            n = len(r.output_ids)
+            drafts = list(ref[n : n + b])
+            for j in range(len(drafts)):
+                if self.rng.random() >= self.accept:
+                    drafts[j] = (drafts[j] + 1 + self.rng.randrange(self.vocab - 1)) % self.vocab
+            r.spec_drafts = drafts
+        return [len(r.spec_drafts) for r in reqs]
+
+    def draft(self, reqs, num_drafts, prefix_lens):
+        ids = []
+        for r, k in zip(reqs, num_drafts):
+            ids.append(r.output_ids[-1])
+            ids.extend(r.spec_drafts[:k])
+        return ids, None
+
+    def on_verified(self, req, accepted, num_drafts, prefix_len):
+        req.spec_drafts = []
+
+
+def make_scheduler(args, model_path: str, spec: bool):
+    from sglang.srt.managers.scheduler.scheduler import Scheduler
+    from sglang.srt.server_args import ServerArgs
+
+    kw = dict(
+        model_path=model_path,
+        load_format="dummy",
+        skip_tokenizer_init=True,
+        grammar_backend="none",
+        max_total_tokens=args.max_total_tokens,
+        max_running_requests=max(args.batch_size),
+        cuda_graph_max_bs=max(args.batch_size) * args.num_draft_tokens,
+        random_seed=1,
+    )
+    if spec:
+        kw.update(speculative_algorithm="NGRAM", speculative_num_draft_tokens=args.num_draft_tokens)
+    return Scheduler(ServerArgs(**kw), None)
+
+
+def run(sched, prompts: List[List[int]], max_new: int, tag: str) -> dict:
+    """All prompts at once; times every pass, splits prefill passes from decode / verify steps."""
+    from sglang.srt.core.io_struct.to_scheduler import TokenizedGenerateReqInput
+    from sglang.srt.core.sampling_params import SamplingParams
+
+    reqs = []
+    for i, ids in enumerate(prompts):
+        sp = SamplingParams(max_new_tokens=max_new, temperature=0.0, ignore_eos=True)
+        sp.normalize(None)
+        rid = f"p{i}@{tag}"
+        sched.intake.handle_generate_request(
+            TokenizedGenerateReqInput(rid=rid, input_ids=ids, sampling_params=sp)
+        )
+        reqs.append(sched.state.rid_to_req[rid])
+    decode_s, steps, prefill_s = 0.0, 0, 0.0
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    while not sched._is_fully_idle():
+        sync()
+        t0 = time.perf_counter()
+        sched.step()
+        sync()
+        dt = time.perf_counter() - t0
+        last = sched.state.last_batch
+        if last is not None and (
+            last.forward_mode.is_decode() or last.forward_mode.is_target_verify()
+        ):
+            decode_s += dt
+            steps += 1
+        else:
+            prefill_s += dt
+    sched.step()
+    decode_tokens = sum(len(r.output_ids) - 1 for r in reqs)  # the first comes from the prefill
+    verify = sum(r.spec_verify_ct for r in reqs)
+    return dict(
+        outputs={r.rid.split("@")[0]: list(r.output_ids) for r in reqs},
+        decode_s=decode_s,
+        steps=steps,
+        step_ms=decode_s / max(steps, 1) * 1e3,
+        tpot_ms=decode_s / max(decode_tokens, 1) * len(reqs) * 1e3,
+        accept_length=(decode_tokens / verify) if verify else 1.0,
+        prefill_s=prefill_s,
+    )
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--model-config", choices=sorted(MODEL_CONFIGS), required=True)
+    p.add_argument("--batch-size", type=int, nargs="+", default=[1, 8, 32, 64])
+    p.add_argument("--accept", type=float, nargs="+", default=[0.0, 0.6, 0.9, 1.0])
+    p.add_argument("--num-draft-tokens", type=int, default=4)
+    p.add_argument("--input-len", type=int, default=512)
+    p.add_argument("--output-len", type=int, default=64)
+    p.add_argument("--max-total-tokens", type=int, default=65536)
+    p.add_argument("--result-file", default=None)
+    args = p.parse_args(argv)
+    model_path = write_model_config(args.model_config)
+    vocab = json.load(open(os.path.join(model_path, "config.json")))["vocab_size"]
+    rng = random.Random(0)
+    rows = []
+    plain = make_scheduler(args, model_path, spec=False)
+    refs: Dict[int, dict] = {}
+    for bs in args.batch_size:
+        prompts = [
+            [rng.randrange(100, vocab - 100) for _ in range(args.input_len)] for _ in range(bs)
+        ]
+        run(plain, prompts[:1], 4, f"warm{bs}")
+        refs[bs] = dict(prompts=prompts, res=run(plain, prompts, args.output_len, f"plain{bs}"))
+    del plain
+    torch.cuda.empty_cache() if torch.cuda.is_available() else None
+    spec = make_scheduler(args, model_path, spec=True)
+    for bs in args.batch_size:
+        base = refs[bs]["res"]
+        rows.append(
+            dict(
+                batch_size=bs,
+                accept=None,
+                **{k: base[k] for k in ("step_ms", "tpot_ms", "accept_length")},
+            )
+        )
+        for a in args.accept:
+            spec.spec.proposer = OracleProposer(base["outputs"], a, vocab, seed=bs)
+            run(spec, refs[bs]["prompts"][:1], 4, f"warm{bs}-{a}")
+            res = run(spec, refs[bs]["prompts"], args.output_len, f"spec{bs}-{a}")
+            same = res["outputs"] == base["outputs"]
+            rows.append(
+                dict(
+                    batch_size=bs,
+                    accept=a,
+                    step_ms=res["step_ms"],
+                    tpot_ms=res["tpot_ms"],
+                    accept_length=res["accept_length"],
+                    same_tokens=same,
+                    speedup=base["tpot_ms"] / res["tpot_ms"],
+                )
+            )
+    print(
+        f"{args.model_config}, input {args.input_len}, output {args.output_len}, "
+        f"{args.num_draft_tokens} tokens per verify (oracle drafts)"
+    )
+    print(
+        f"{'bs':>4} {'draft keep':>10} {'step ms':>8} {'tokens/step':>11} {'TPOT ms':>8} {'vs plain':>8} {'same':>5}"
+    )
+    for r in rows:
+        keep = "plain" if r["accept"] is None else f"{r['accept']:.2f}"
+        print(
+            f"{r['batch_size']:>4} {keep:>10} {r['step_ms']:>8.2f} {r['accept_length']:>11.2f} "
+            f"{r['tpot_ms']:>8.2f} {r.get('speedup', 1.0):>7.2f}x {str(r.get('same_tokens', '')):>5}"
+        )
+    out = dict(model=args.model_config, num_draft_tokens=args.num_draft_tokens, rows=rows)
+    if args.result_file:
+        with open(args.result_file, "a") as f:
+            f.write(json.dumps(out) + "\n")
+    return out
+
+
+if __name__ == "__main__":
+    main()
