@@ -27,6 +27,8 @@ class ModelSection:
     disable_pdl: bool
     cublas_workspace_kib: int
     quantization: Optional[str] = None
+    # Decode-batch rows per running request: speculative verify passes run one row per token.
+    decode_rows_per_request: int = 1
 
     @staticmethod
     def of(sa: ServerArgs) -> "ModelSection":
@@ -42,6 +44,9 @@ class ModelSection:
             disable_pdl=sa.disable_pdl,
             cublas_workspace_kib=sa.cublas_workspace_kib,
             quantization=sa.quantization,
+            decode_rows_per_request=(
+                sa.speculative_num_draft_tokens if sa.speculative_algorithm else 1
+            ),
         )
 
 

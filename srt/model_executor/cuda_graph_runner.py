@@ -120,7 +120,8 @@ class CudaGraphRunner:
             if max_bs is None:
                 total = torch.cuda.get_device_properties(model_runner.gpu_id).total_memory / GB
                 max_bs = default_cuda_graph_max_bs(total)
-            max_bs = min(max_bs, model_runner.max_running_requests)
+            rows = model_runner.max_running_requests * sa.decode_rows_per_request
+            max_bs = min(max_bs, rows)
             capture_bs = default_capture_bs(max_bs)
         self.capture_bs = sorted(set(capture_bs))
         self.max_bs = self.capture_bs[-1]
