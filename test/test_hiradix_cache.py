@@ -448,7 +448,7 @@ class WriteBackSmallHostMachine(HiTreeMachine):
 
 
 _settings = settings(
-    max_examples=120,
+    max_examples=80,
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
