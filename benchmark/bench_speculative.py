@@ -26,7 +26,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from model_configs import MODEL_CONFIGS, write_model_config  # noqa: E402
+from model_configs import MODEL_CONFIGS, write_model_config
 
 
 class OracleProposer:
