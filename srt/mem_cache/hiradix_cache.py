@@ -29,7 +29,7 @@ from sglang.srt.mem_cache.base_prefix_cache import MatchResult, empty_indices
 from sglang.srt.mem_cache.common import OutOfMemoryError, alloc_token_slots
 from sglang.srt.mem_cache.host_pool import HostKVPool
 from sglang.srt.mem_cache.kv_transfer import KVTransfer
-from sglang.srt.mem_cache.radix_cache import RadixCache, TreeNode, common_prefix_len
+from sglang.srt.mem_cache.radix_cache import RadixCache, TreeNode
 
 if TYPE_CHECKING:
     from sglang.srt.core.req import Req
@@ -140,26 +140,15 @@ class HiRadixCache(RadixCache):
         key = self._aligned(key)
         now = self._now()
         self.root.last_access_time = now
-        node, pos, values = self.root, 0, []
+        node, values = self.root, []
         last_device, host_hit = self.root, 0
-        while pos < len(key):
-            child = node.children.get(self._child_key(extra_key, key, pos))
-            if child is None:
-                break
-            n = common_prefix_len(child.key, key, pos, self.page_size)
-            split = n < len(child.key)
-            if split:
-                child = self._split_node(child, n)
-            child.last_access_time = now
-            if child.evicted:
+        for node, _, n in self._walk(key, extra_key, now):
+            if node.evicted:
                 host_hit += n
             else:
                 assert host_hit == 0, "a device node below a host-only node"
-                values.append(child.value)
-                last_device = child
-            node, pos = child, pos + n
-            if split:
-                break
+                values.append(node.value)
+                last_device = node
         indices = torch.cat(values) if values else empty_indices()
         return MatchResult(indices, last_device, node, host_hit)
 
@@ -211,26 +200,16 @@ class HiRadixCache(RadixCache):
         now = self._now()
         self.root.last_access_time = now
         node, pos, on_device = self.root, 0, 0
-        while pos < len(key):
-            child = node.children.get(self._child_key(extra_key, key, pos))
-            if child is None:
-                break
-            n = common_prefix_len(child.key, key, pos, self.page_size)
-            split = n < len(child.key)
-            if split:
-                child = self._split_node(child, n)
-            child.last_access_time = now
-            if child.evicted:
-                child.value = value[pos : pos + n].clone()
+        for node, start, n in self._walk(key, extra_key, now):
+            if node.evicted:
+                node.value = value[start : start + n].clone()
                 self._evictable_size += n
-                self._refresh(child, node)
+                self._refresh(node, node.parent)
             else:
-                assert on_device == pos, "a device node below a host-only node"
-                on_device = pos + n
-            self._touch(child, priority, chunked)
-            node, pos = child, pos + n
-            if split:
-                break
+                assert on_device == start, "a device node below a host-only node"
+                on_device = start + n
+            self._touch(node, priority, chunked)
+            pos = start + n
         if pos < len(key):
             leaf = self._add_leaf(node, key[pos:], value[pos : len(key)], extra_key, now, priority)
             leaf.hit_count = 1
@@ -503,18 +482,8 @@ class HiRadixCache(RadixCache):
         assert end % self.page_size == 0 and start % self.page_size == 0
         now = self._now()
         node, pos = self.root, 0
-        while pos < end:
-            child = node.children.get(self._child_key(extra_key, key, pos))
-            if child is None:
-                break
-            n = common_prefix_len(child.key, key, pos, self.page_size)
-            split = n < len(child.key)
-            if split:
-                child = self._split_node(child, n)
-            child.last_access_time = now
-            node, pos = child, pos + n
-            if split:
-                break
+        for reached, at, n in self._walk(key, extra_key, now):
+            node, pos = reached, at + n
         if pos < start or pos >= end:
             return len(host_idx)
         leaf = TreeNode(key[pos:end], None, node, extra_key, now)

@@ -15,7 +15,7 @@ import heapq
 import itertools
 import math
 import time
-from typing import TYPE_CHECKING, Any, Dict, Hashable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -172,23 +172,32 @@ class RadixCache(BasePrefixCache):
         key = self._aligned(key)
         now = self._now()
         self.root.last_access_time = now
-        node, pos, values = self.root, 0, []
+        node, values = self.root, []
+        for node, _, _ in self._walk(key, extra_key, now):
+            values.append(node.value)
+        indices = torch.cat(values) if values else empty_indices()
+        return MatchResult(indices, node)
+
+    def _walk(
+        self, key: List[int], extra_key: Optional[str], now: float
+    ) -> Iterator[Tuple[TreeNode, int, int]]:
+        """Descend along key from the root. For each node the key runs through: split it where the
+        key leaves it, mark it used, yield (node, start, length). Ends where the key leaves the tree."""
+        node, pos = self.root, 0
         while pos < len(key):
             child = node.children.get(self._child_key(extra_key, key, pos))
             if child is None:
-                break
+                return
             n = common_prefix_len(child.key, key, pos, self.page_size)
             split = n < len(child.key)
             if split:
                 child = self._split_node(child, n)
             # Only the matched part was used: a split-off tail keeps its own age.
             child.last_access_time = now
-            values.append(child.value)
-            node, pos = child, pos + n
+            yield child, pos, n
             if split:
-                break
-        indices = torch.cat(values) if values else empty_indices()
-        return MatchResult(indices, node)
+                return
+            node, pos = child, pos + n
 
     def cached_continuation(self, node: Any, extra_key: Optional[str], limit: int) -> List[int]:
         out: List[int] = []
@@ -241,19 +250,9 @@ class RadixCache(BasePrefixCache):
         now = self._now()
         self.root.last_access_time = now
         node, pos = self.root, 0
-        while pos < len(key):
-            child = node.children.get(self._child_key(extra_key, key, pos))
-            if child is None:
-                break
-            n = common_prefix_len(child.key, key, pos, self.page_size)
-            split = n < len(child.key)
-            if split:
-                child = self._split_node(child, n)
-            child.last_access_time = now
-            self._touch(child, priority, chunked)
-            node, pos = child, pos + n
-            if split:
-                break
+        for node, start, n in self._walk(key, extra_key, now):
+            self._touch(node, priority, chunked)
+            pos = start + n
         if pos < len(key):
             self._add_leaf(node, key[pos:], value[pos : len(key)], extra_key, now, priority)
         return pos

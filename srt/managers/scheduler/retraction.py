@@ -32,11 +32,16 @@ class DecodeUpdater:
         self.stats = stats
         self.streamer = streamer
 
-    def update_running_batch(self) -> Optional[ScheduleBatch]:
+    def live_batch(self) -> Optional[ScheduleBatch]:
+        """The running batch without finished rows and rows certain to finish; None if empty."""
         batch = self.state.running_batch
         batch.filter_batch()
         batch.exclude_finishing()
-        if batch.is_empty():
+        return None if batch.is_empty() else batch
+
+    def update_running_batch(self) -> Optional[ScheduleBatch]:
+        batch = self.live_batch()
+        if batch is None:
             return None
         if batch.check_decode_mem():
             self.ratio.decay()

@@ -56,10 +56,8 @@ class SpecDecoder:
 
     # ------------------------------------------------------------------ building
     def update_running_batch(self) -> Optional[ScheduleBatch]:
-        batch = self.state.running_batch
-        batch.filter_batch()
-        batch.exclude_finishing()
-        if batch.is_empty():
+        batch = self.decode.live_batch()
+        if batch is None:
             return None
         budgets = [self._draft_budget(r) for r in batch.reqs]
         ks = self.proposer.plan(batch.reqs, budgets)
