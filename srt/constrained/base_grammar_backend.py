@@ -48,6 +48,10 @@ class BaseGrammarObject:
         """True once the grammar has accepted a stop token: the request must finish."""
         raise NotImplementedError
 
+    def rollback(self, num_tokens: int) -> None:
+        """Undo the last num_tokens accept_token calls (speculative decoding tries drafts)."""
+        raise NotImplementedError
+
     def allocate_vocab_mask(self, vocab_size: int, batch_size: int, device: Any) -> torch.Tensor:
         """A CPU mask for the whole batch with every row all-allowed (see the module docstring)."""
         raise NotImplementedError

@@ -59,6 +59,10 @@ class XGrammarGrammar(BaseGrammarObject):
     def is_terminated(self) -> bool:
         return bool(self._matcher.is_terminated())
 
+    def rollback(self, num_tokens: int) -> None:
+        if num_tokens > 0:
+            self._matcher.rollback(num_tokens)
+
     def allows_a_first_token(self) -> bool:
         """Whether the fresh matcher allows any token (a grammar of the empty language allows none)."""
         mask = xgr.allocate_token_bitmask(1, self._vocab_size)

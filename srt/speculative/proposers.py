@@ -41,7 +41,7 @@ class NgramProposer:
             index.extend(r.origin_input_ids[n:] if n < len(r.origin_input_ids) else [])
             out_start = max(len(index.tokens) - len(r.origin_input_ids), 0)
             index.extend(r.output_ids[out_start:])
-            r.spec_drafts = index.propose(b) if b > 0 else []
+            r.spec_drafts = _grammar_prefix(r, index.propose(b)) if b > 0 else []
         return [len(r.spec_drafts) for r in reqs]
 
     def draft(self, reqs: List[Req], num_drafts: List[int], prefix_lens: List[int]):
@@ -54,6 +54,20 @@ class NgramProposer:
 
     def on_verified(self, req: Req, accepted: int, num_drafts: int, prefix_len: int) -> None:
         req.spec_drafts = []
+
+
+def _grammar_prefix(req: Req, drafts: List[int]) -> List[int]:
+    """The drafts a request's grammar allows in a row (a forbidden one could only be rejected)."""
+    g = req.grammar
+    if g is None or not drafts:
+        return drafts
+    n = 0
+    for t in drafts:
+        if g.is_terminated() or not g.accept_token(t):
+            break
+        n += 1
+    g.rollback(n)
+    return drafts[:n]
 
 
 class DraftModelProposer:

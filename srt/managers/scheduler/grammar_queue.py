@@ -47,22 +47,46 @@ class GrammarQueue:
 
     def attach_masks(self, batch: ScheduleBatch, info: SamplingBatchInfo) -> None:
         """Fill the vocabulary bitmask of constrained rows (unconstrained rows stay all-allowed)."""
-        self.attach_row_masks(batch.reqs, info)
-
-    def attach_row_masks(self, row_reqs: List[Optional[Req]], info: SamplingBatchInfo) -> None:
-        """The same for a batch with any number of rows per request: row i samples for
-        row_reqs[i] (None: a row no grammar constrains, such as a verify row of a draft)."""
-        grammars = [
-            (i, r.grammar)
-            for i, r in enumerate(row_reqs)
-            if r is not None and r.grammar is not None
-        ]
+        grammars = [(i, r.grammar) for i, r in enumerate(batch.reqs) if r.grammar is not None]
         if not grammars:
             return
         first = grammars[0][1]
-        mask = first.allocate_vocab_mask(self.vocab_size, len(row_reqs), self.device)
+        mask = first.allocate_vocab_mask(self.vocab_size, batch.batch_size(), self.device)
         for i, g in grammars:
-            if not row_reqs[i].finished():
+            if not batch.reqs[i].finished():
                 g.fill_vocab_mask(mask, i)
+        info.vocab_mask = first.move_vocab_mask(mask, self.device)
+        info.apply_vocab_mask = type(first).apply_vocab_mask
+
+    def attach_verify_masks(
+        self,
+        reqs: List[Req],
+        starts: List[int],
+        verify_ids: List[int],
+        num_drafts: List[int],
+        info: SamplingBatchInfo,
+    ) -> None:
+        """Speculative verify rows: row starts[i] + j of a constrained request gets the grammar's
+        mask after its first j drafts (the matcher advances through them, then rolls back). A
+        draft the grammar forbids has probability 0 at the row that judges it, so it is rejected;
+        the rows after it are never reached and stay all-allowed."""
+        grammars = [(i, r.grammar) for i, r in enumerate(reqs) if r.grammar is not None]
+        if not grammars:
+            return
+        first = grammars[0][1]
+        rows = sum(1 + k for k in num_drafts)
+        mask = first.allocate_vocab_mask(self.vocab_size, rows, self.device)
+        for i, g in grammars:
+            if reqs[i].finished():
+                continue
+            s = starts[i]
+            g.fill_vocab_mask(mask, s)
+            advanced = 0
+            for j in range(1, num_drafts[i] + 1):
+                if g.is_terminated() or not g.accept_token(verify_ids[s + j]):
+                    break
+                advanced += 1
+                g.fill_vocab_mask(mask, s + j)
+            g.rollback(advanced)
         info.vocab_mask = first.move_vocab_mask(mask, self.device)
         info.apply_vocab_mask = type(first).apply_vocab_mask

@@ -1,8 +1,8 @@
 """The decode step under speculative decoding: draft, verify in one target pass, accept.
 
 Per step each running request gets up to num_draft_tokens - 1 drafts (fewer near its length or
-context limit; none while its sampling depends on the exact history: grammars, penalties,
-min_new_tokens). Its pending token and drafts get slots at positions cur..cur+k and run as one
+context limit; none while its penalties or min_new_tokens depend on the exact history; a grammar's
+mask is computed for each verify row after the drafts before it). Its pending token and drafts get slots at positions cur..cur+k and run as one
 TARGET_VERIFY pass; the verifier keeps the accepted drafts plus one token, the slots after the kept
 ones go back, and the tokens are appended one at a time through the usual finish rules (a stop
 string or EOS inside the accepted run ends the request there). When the pool cannot hold every
@@ -80,8 +80,7 @@ class SpecDecoder:
     def _draft_budget(self, r: Req) -> int:
         sp = r.sampling_params
         if (
-            r.grammar is not None
-            or sp.frequency_penalty
+            sp.frequency_penalty
             or sp.presence_penalty
             or sp.repetition_penalty != 1.0
             or len(r.output_ids) < sp.min_new_tokens
@@ -132,11 +131,9 @@ class SpecDecoder:
             for j in range(1 + k)
         ]
         info.steps = to_device(torch.tensor(steps, dtype=torch.int64), self.device)
-        # Only a request's first row may be constrained (constrained requests get no drafts).
-        first_rows: List[Optional[Req]] = [None] * layout.num_rows
-        for r, s in zip(batch.reqs, layout.starts):
-            first_rows[s] = r
-        self.grammar.attach_row_masks(first_rows, info)
+        self.grammar.attach_verify_masks(
+            batch.reqs, layout.starts, batch.verify_input_ids, layout.num_drafts, info
+        )
         return info
 
     # ------------------------------------------------------------------ results
