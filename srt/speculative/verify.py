@@ -144,8 +144,12 @@ def verify(
     rejected = accept_lens < k
     last_tok = torch.where(rejected, emit_if_rejected[final_row], emit_if_final[final_row])
 
-    host = _to_host(verify_ids, accept_lens, last_tok, dead, row_req)
-    ids_h, acc_h, last_h, dead_h = host
+    ids_h, acc_h, last_h, dead_h = (
+        verify_ids.tolist(),
+        accept_lens.tolist(),
+        last_tok.tolist(),
+        dead.tolist(),
+    )
     out = VerifyOutput(accept_lens=acc_h, tokens=[], invalid=[])
     for r, s in enumerate(layout.starts):
         a = acc_h[r]
@@ -164,15 +168,6 @@ def _segment_cumprod(x: torch.Tensor, seg: torch.Tensor, starts: torch.Tensor) -
         starts > 0, zeros_before[(starts - 1).clamp_min(0)], torch.zeros_like(starts)
     )
     return (zeros_before - base[seg] == 0).to(torch.int64)
-
-
-def _to_host(verify_ids, accept_lens, last_tok, dead, row_req):
-    return (
-        verify_ids.tolist(),
-        accept_lens.tolist(),
-        last_tok.tolist(),
-        dead.tolist(),
-    )
 
 
 def _add_logprobs(out: VerifyOutput, raw_lp: torch.Tensor, layout: VerifyLayout, top: int) -> None:
