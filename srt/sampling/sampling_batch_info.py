@@ -6,6 +6,7 @@ Built on the host from the requests just before sampling, so that history-depend
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, List, Optional
@@ -44,6 +45,30 @@ class SamplingBatchInfo:
     )
     vocab_mask: Optional[torch.Tensor] = None  # grammar bitmask
     apply_vocab_mask: Optional[Callable[[torch.Tensor, torch.Tensor], None]] = None
+
+    # The requests (by identity) this info was built for, and whether any has history terms.
+    built_for: Optional[tuple] = None
+    has_history: bool = True
+
+    @classmethod
+    def for_decode(
+        cls,
+        reqs: List["Req"],
+        vocab_size: int,
+        device: str,
+        previous: Optional["SamplingBatchInfo"],
+    ) -> "SamplingBatchInfo":
+        """The decode step's info: the previous step's, with only the sampling positions moved on,
+        when the batch holds the same requests in the same order and none has history-dependent
+        terms (penalties, min_new_tokens, logit bias, a grammar); built afresh otherwise. A new
+        object either way: a pass still in flight may read the previous one."""
+        key = tuple(id(r) for r in reqs)
+        if previous is None or previous.has_history or previous.built_for != key:
+            return cls.from_reqs(reqs, vocab_size, device)
+        steps = torch.tensor(
+            [len(r.output_ids) + r.inflight_tokens for r in reqs], dtype=torch.int64
+        )
+        return dataclasses.replace(previous, steps=to_device(steps, device))
 
     @classmethod
     def from_reqs(cls, reqs: List["Req"], vocab_size: int, device: str) -> "SamplingBatchInfo":
@@ -86,6 +111,14 @@ class SamplingBatchInfo:
             vocab_size=vocab_size,
         )
         info._add_history_terms(reqs, device)
+        info.built_for = tuple(id(r) for r in reqs)
+        info.has_history = (
+            info.logit_bias is not None
+            or info.output_counts is not None
+            or info.repetition_penalties is not None
+            or any(r.grammar is not None for r in reqs)
+            or any(r.sampling_params.min_new_tokens for r in reqs)
+        )
         return info
 
     def _add_history_terms(self, reqs: List["Req"], device: str) -> None:

@@ -49,6 +49,8 @@ class ScheduleBatch:
         self.extend_input_ids: List[int] = []
         self.decoding_reqs: List[Req] = []  # decode rows mixed into an extend pass
         self.mixed_input_ids: Optional[torch.Tensor] = None
+        # The sampling info of this batch's last pass (a decode step reuses it, see for_decode).
+        self.last_info = None
         # TARGET_VERIFY: drafts per request, the rows' input ids, the draft's distributions.
         self.spec_num_drafts: List[int] = []
         self.verify_input_ids: List[int] = []

@@ -460,9 +460,12 @@ class Scheduler:
             while self.state.in_flight:
                 self.results.process_batch_result(self.state.in_flight.popleft())
         with self.loop_prof.phase("l.info"):
-            info = SamplingBatchInfo.from_reqs(
-                batch.reqs, self.model_config.vocab_size, self.device
-            )
+            vocab = self.model_config.vocab_size
+            if batch.forward_mode.is_decode():
+                info = SamplingBatchInfo.for_decode(batch.reqs, vocab, self.device, batch.last_info)
+            else:
+                info = SamplingBatchInfo.from_reqs(batch.reqs, vocab, self.device)
+            batch.last_info = info
             self.grammar.attach_masks(batch, info)
         if delayed:
             pending = self.launcher.launch_sample(
