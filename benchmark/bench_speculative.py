@@ -76,7 +76,15 @@ def make_scheduler(args, model_path: str, spec: bool):
     )
     if spec:
         kw.update(speculative_algorithm="NGRAM", speculative_num_draft_tokens=args.num_draft_tokens)
-    return Scheduler(ServerArgs(**kw), None)
+    sched = Scheduler(ServerArgs(**kw), None)
+    if args.logit_scale != 1.0:
+        # Dummy weights give nearly tied logits, and a 1-row product rounds differently from a
+        # 4-row one: the plain and the verify path would part at the first near-tie and the oracle's
+        # continuation would then be for the wrong path. A wider logit spread (same seeded weights
+        # in both schedulers) keeps the greedy paths together; the cost of a step is unchanged.
+        with torch.no_grad():
+            sched.model_runner.model.lm_head.weight.mul_(args.logit_scale)
+    return sched
 
 
 def run(sched, prompts: List[List[int]], max_new: int, tag: str) -> dict:
@@ -134,6 +142,12 @@ def main(argv=None) -> dict:
     p.add_argument("--input-len", type=int, default=512)
     p.add_argument("--output-len", type=int, default=64)
     p.add_argument("--max-total-tokens", type=int, default=65536)
+    p.add_argument(
+        "--logit-scale",
+        type=float,
+        default=16.0,
+        help="multiply the dummy LM head (both schedulers) so greedy paths do not part on rounding",
+    )
     p.add_argument("--result-file", default=None)
     args = p.parse_args(argv)
     model_path = write_model_config(args.model_config)

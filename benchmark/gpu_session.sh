@@ -9,7 +9,7 @@ OUT=${OUT:-benchmark/out}
 mkdir -p "$OUT"
 source "$(dirname "$0")/gpu_env.sh"
 # Stages can be picked: STAGES="tests one_batch one_batch_fp8 offline kernels attn_sweep attn_splits gemv small_m
-# variants variants_m host_ab long_ctx fp8 recipes hicache_tests hicache" (default: the first five).
+# variants variants_m host_ab long_ctx fp8 recipes hicache_tests hicache spec" (default: the first five).
 STAGES=${STAGES:-"tests one_batch one_batch_fp8 offline kernels"}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 # At most 8 files come back from $OUT: stages append to a few logs.
@@ -170,6 +170,15 @@ if has hicache; then
   # HiCache (issue 25): host copy rates, then the shared-prefix recipe with prefixes that fit and
   # with 4x more prefix bytes than the device pool, each without and with the host tier (carry .tok).
   stage hicache_run 420 env OUT="$OUT" bash benchmark/hicache_recipe.sh
+fi
+if has spec; then
+  # Speculative decoding (issue 26): GPU tests, then time per output token against accept length
+  # with oracle drafts at set keep rates, plain decoding in the same process.
+  stage gpu_tests 120 python3 -m pytest test/gpu/test_speculative_gpu.py -q -p no:cacheprovider -rfE
+  SPEC=(--model-config llama3-8b --batch-size 1 8 32 64 --accept 0 0.6 0.9 1.0 --num-draft-tokens 4)
+  [[ ${SMOKE:-0} == 1 ]] && SPEC=(--model-config tiny-llama --batch-size 1 4 --accept 0 1.0 --input-len 32
+        --output-len 16 --max-total-tokens 4096)
+  stage spec 300 python3 benchmark/bench_speculative.py "${SPEC[@]}" --result-file "$OUT/spec.jsonl"
 fi
 if has recipes; then
   # Serving recipes through real servers (benchmark/gpu_recipes.sh; carry .tok too). Servers in
