@@ -77,8 +77,15 @@ _QWEN3_8B: Dict[str, Any] = dict(
     tie_word_embeddings=False,
 )
 
+# An FP8 checkpoint as published (Qwen3-8B-FP8, DeepSeek): 128 x 128 block scales, dynamic
+# activation scales; --load-format dummy fills it with random fp8 weights.
+_FP8_BLOCKS: Dict[str, Any] = dict(
+    quant_method="fp8", fmt="e4m3", activation_scheme="dynamic", weight_block_size=[128, 128]
+)
+
 MODEL_CONFIGS: Dict[str, Dict[str, Any]] = {
     "llama3-8b": _LLAMA3_8B,
+    "llama3-8b-fp8-blocks": dict(_LLAMA3_8B, quantization_config=_FP8_BLOCKS),
     "llama3.1-8b": _LLAMA31_8B,
     "qwen3-0.6b": _QWEN3_06B,
     "qwen3-8b": _QWEN3_8B,
@@ -95,6 +102,20 @@ MODEL_CONFIGS: Dict[str, Dict[str, Any]] = {
         max_position_embeddings=2048,
         bos_token_id=1,
         eos_token_id=2,
+    ),
+    "tiny-llama-fp8-blocks": dict(
+        _LLAMA3_8B,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        vocab_size=512,
+        max_position_embeddings=2048,
+        bos_token_id=1,
+        eos_token_id=2,
+        quantization_config=_FP8_BLOCKS,
     ),
     "tiny-qwen3": dict(
         _QWEN3_06B,

@@ -403,6 +403,42 @@ def check_small_m(
     return rel_err(small_m_matmul(x, w, b, config=config), gemv_ref(x, w, b))
 
 
+def check_fp8_matmul(
+    m: int,
+    n: int,
+    k: int,
+    *,
+    block: Optional[tuple] = None,
+    bias: bool = False,
+    config: Optional[dict] = None,
+    seed: int = 0,
+) -> float:
+    """FP8 x FP8 matmul (per-channel or 128-block scales, activations quantized by our kernels) vs
+    fp32 torch on the same fp8 values and scales: only the summation order may differ."""
+    from sglang.srt.layers.quantization import fp8_math
+    from sglang.srt.layers.quantization.fp8_gemm import fp8_matmul
+    from sglang.srt.layers.quantization.fp8_kernels import (
+        per_token_group_quant_fp8,
+        per_token_quant_fp8,
+    )
+
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn((m, k), generator=gen) * 3
+    w = torch.randn((n, k), generator=gen)
+    b = torch.randn((n,), generator=gen) if bias else None
+    if block is None:
+        wq, ws = fp8_math.quantize_per_channel(w)
+        xq, xs = per_token_quant_fp8(x, m)
+        x_ref = xq.float() * xs
+    else:
+        wq, ws = fp8_math.quantize_blocks(w, block)
+        xq, xs = per_token_group_quant_fp8(x, block[1])
+        x_ref = xq.float() * xs.repeat_interleave(block[1], dim=1)[:, :k]
+    y = fp8_matmul(xq, xs, wq, ws, torch.float32, block=block, bias=b, config=config)
+    ref = x_ref @ fp8_math.dequantize(wq, ws, block, torch.float32).T
+    return rel_err(y, ref + b if b is not None else ref)
+
+
 def check_rotary(
     n: int,
     n_q: int,
@@ -781,6 +817,39 @@ def fused_cases(full: bool) -> List[tuple]:
                 config=dict(BLOCK_N=32, BLOCK_K=128, PREFETCH=1, num_warps=1, num_stages=1),
             ),
             1e-2,
+        ),
+        (
+            "fp8 matmul M3 N200 K300 channel scales (tails)",
+            lambda s: check_fp8_matmul(
+                3,
+                200,
+                300,
+                config=dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=64, num_warps=1, num_stages=1),
+                seed=s,
+            ),
+        ),
+        (
+            "fp8 matmul M20 N130 K256 block 128 bias",
+            lambda s: check_fp8_matmul(
+                20,
+                130,
+                256,
+                block=(128, 128),
+                bias=True,
+                config=dict(BLOCK_M=16, BLOCK_N=64, num_warps=1, num_stages=1),
+                seed=s,
+            ),
+        ),
+        (
+            "fp8 matmul M1 N300 K200 block 128 (K tail)",
+            lambda s: check_fp8_matmul(
+                1,
+                300,
+                200,
+                block=(128, 128),
+                config=dict(BLOCK_N=128, num_warps=1, num_stages=1),
+                seed=s,
+            ),
         ),
         ("decode prologue bs1", lambda s: check_decode_prologue(1, seed=s)),
         (

@@ -25,7 +25,7 @@ from triton.compiler import ASTSource
 
 from sglang.srt.layers.attention.triton_ops import decode_attention as da
 from sglang.srt.layers.attention.triton_ops import extend_attention as ea
-from sglang.srt.layers.quantization import fp8_kernels
+from sglang.srt.layers.quantization import fp8_gemm, fp8_kernels
 from sglang.srt.layers.triton_ops import (
     activation,
     gemv,
@@ -333,6 +333,39 @@ def main(argv: Optional[list] = None) -> int:
             4,
             1,
         )
+        ok &= compile_kernel(
+            f"per-group fp8 quant {dt}",
+            fp8_kernels._per_group_quant_kernel,
+            {**p("x_ptr"), "q_ptr": "*fp8e4nv", "s_ptr": "*fp32"},
+            dict(FP8_MAX_C=448.0, G=128),
+            4,
+            1,
+        )
+        for m in (1, 64, 512):
+            for blockwise in (False, True):
+                cfg = fp8_gemm._default_config(m)
+                ok &= compile_kernel(
+                    f"fp8 x fp8 matmul -> {dt} M{m} {'block' if blockwise else 'channel'} scales",
+                    fp8_gemm._fp8_mm_kernel,
+                    {
+                        **p("b_ptr", "y_ptr"),
+                        "a_ptr": "*fp8e4nv",
+                        "w_ptr": "*fp8e4nv",
+                        "sa_ptr": "*fp32",
+                        "sw_ptr": "*fp32",
+                    },
+                    dict(
+                        BLOCK_M=cfg["BLOCK_M"],
+                        BLOCK_N=cfg["BLOCK_N"],
+                        BLOCK_K=128,
+                        SCALE_BN=128 if blockwise else 1,
+                        BLOCKWISE=blockwise,
+                        HAS_BIAS=False,
+                    ),
+                    cfg["num_warps"],
+                    cfg["num_stages"],
+                    divisible=("N", "K"),
+                )
         for bm, prefetch in ((16, 0), (64, 0), (64, 1)):
             cfg = dict(small_m_gemm.DEFAULT_CONFIG, PREFETCH=prefetch)
             ok &= compile_kernel(

@@ -54,6 +54,30 @@ def test_scaled_mm_rowwise_matches_dequantized_reference(m):
     assert out.shape == (m, 4096) and _rel(out, ref) < 3e-2  # activations are fp8 too
 
 
+@pytest.mark.parametrize("m", [1, 5, 64, 300])
+@pytest.mark.parametrize("block", [None, (128, 128)])
+def test_triton_fp8_matmul_matches_dequantized_reference(m, block):
+    """The FP8 x FP8 Triton kernel (per-channel rows and 128-block checkpoints) on tensor cores."""
+    from sglang.srt.layers.quantization.fp8_cuda import blockwise_matmul, channelwise_matmul
+    from sglang.srt.layers.quantization.fp8_math import (
+        dequantize,
+        quantize_blocks,
+        quantize_per_channel,
+    )
+
+    g = torch.Generator(device="cuda").manual_seed(2)
+    w = torch.randn(3000, 4096, device="cuda", generator=g) * 0.02
+    q, s = quantize_blocks(w, block) if block else quantize_per_channel(w)
+    x = torch.randn(m, 4096, device="cuda", generator=g).to(torch.bfloat16)
+    bias = torch.randn(3000, device="cuda", generator=g).to(torch.bfloat16)
+    ref = x.float() @ dequantize(q, s, block).t() + bias.float()
+    if block:
+        out = blockwise_matmul(x, q, s.contiguous(), block, bias)
+    else:
+        out = channelwise_matmul(x, q, s, bias)
+    assert out.shape == (m, 3000) and _rel(out, ref) < 3e-2  # activations are fp8 too
+
+
 def test_fp8_model_decode_under_cuda_graphs_matches_eager(tmp_path):
     """A Llama-shaped dummy model with --quantization fp8: greedy ids of graph replays equal the
     eager ones (same kernels, same FP8 weights)."""

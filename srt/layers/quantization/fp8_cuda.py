@@ -5,8 +5,15 @@
 - More rows, per-channel weights: `torch._scaled_mm` on FP8 tensor cores, with the activations
   quantized per token on the fly (dynamic scales, one kernel: fp8_kernels.py) into rows padded to
   a multiple of 16, as _scaled_mm requires.
-- More rows, block-scaled weights (FP8 checkpoints), or a device without FP8 tensor cores (before
-  sm_89): the weight is dequantized for the call. Correct, not fast; logged once.
+- More rows, block-scaled weights (FP8 checkpoints): the Triton FP8 x FP8 kernel (fp8_gemm.py) with
+  the activations quantized per token and 128-wide K group, the weight's block scales applied per
+  K step.
+- A device without FP8 tensor cores (before sm_89): the weight is dequantized for the call.
+  Correct, not fast; logged once.
+
+A/B switches (read once per process): SGLANG_FP8_ONE_ROW=gemv|scaled_mm|triton picks the one-row
+path; SGLANG_FP8_TRITON_MAX_M=N sends per-channel products of 2..N rows to the Triton kernel
+instead of _scaled_mm.
 """
 
 from __future__ import annotations
@@ -19,7 +26,11 @@ from typing import Optional, Tuple
 import torch
 import torch.nn.functional as F
 
-from sglang.srt.layers.quantization.fp8_kernels import per_token_quant_fp8
+from sglang.srt.layers.quantization.fp8_gemm import fp8_matmul
+from sglang.srt.layers.quantization.fp8_kernels import (
+    per_token_group_quant_fp8,
+    per_token_quant_fp8,
+)
 from sglang.srt.layers.quantization.fp8_math import dequantize
 
 logger = logging.getLogger(__name__)
@@ -30,9 +41,8 @@ _ROW_MULTIPLE = 16  # _scaled_mm wants both dimensions of its first operand divi
 class Fp8Matmul:
     def __init__(self, native: bool):
         self.native = native
-        self._warned = False
-        # SGLANG_FP8_ONE_ROW=scaled_mm sends one-row products to the tensor cores too (A/B runs).
-        self.one_row_gemv = os.environ.get("SGLANG_FP8_ONE_ROW", "gemv") == "gemv"
+        self.one_row = os.environ.get("SGLANG_FP8_ONE_ROW", "gemv")
+        self.triton_max_m = int(os.environ.get("SGLANG_FP8_TRITON_MAX_M", "0"))
         # SGLANG_FP8_SMALL_M=1: 1-64 rows on the small-M kernel with fp8 weights widened to bf16
         # in registers (no activation quantization), per-channel weights only (A/B runs).
         self.small_m = os.environ.get("SGLANG_FP8_SMALL_M", "0") == "1"
@@ -69,15 +79,17 @@ class Fp8Matmul:
             from sglang.srt.layers.triton_ops.small_m_gemm import small_m_matmul
 
             return small_m_matmul(x.contiguous(), w, bias, w_scale=s)
-        if self.native and self.one_row_gemv and x.shape[0] == 1 and x.stride(-1) == 1:
+        m = x.shape[0]
+        if self.native and self.one_row == "gemv" and m == 1 and x.stride(-1) == 1:
             from sglang.srt.layers.triton_ops.gemv import gemv
 
             return gemv(x, w, bias, w_scale=s, scale_block=block)
-        if self.native and block is None:
+        if self.native and block is not None:
+            return blockwise_matmul(x, w, s, block, bias)
+        if self.native and (m <= self.triton_max_m or (m == 1 and self.one_row == "triton")):
+            return channelwise_matmul(x, w, s, bias)
+        if self.native:
             return scaled_mm_rowwise(x, w, s, bias)
-        if not self._warned:
-            logger.warning("block-scaled FP8 weights: matmuls of more than one row run dequantized")
-            self._warned = True
         return F.linear(x, dequantize(w, s, block, x.dtype), bias)
 
 
@@ -91,3 +103,26 @@ def scaled_mm_rowwise(
     xq, xs = per_token_quant_fp8(x, m + (-m) % _ROW_MULTIPLE)
     y = torch._scaled_mm(xq, w.t(), scale_a=xs, scale_b=s.view(1, -1), out_dtype=x.dtype)[:m]
     return y + bias if bias is not None else y
+
+
+def channelwise_matmul(
+    x: torch.Tensor, w: torch.Tensor, s: torch.Tensor, bias: Optional[torch.Tensor] = None
+) -> torch.Tensor:
+    """The Triton FP8 kernel with per-token activation and per-channel weight scales."""
+    x = x if x.stride(-1) == 1 else x.contiguous()
+    xq, xs = per_token_quant_fp8(x, x.shape[0])
+    return fp8_matmul(xq, xs, w, s, x.dtype, bias=bias)
+
+
+def blockwise_matmul(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    s: torch.Tensor,
+    block: Tuple[int, int],
+    bias: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    """x [M, K] @ (w [N, K] fp8 with block scales s)^T: activations quantized per token and K group
+    of the weight's block width, so each K step of the kernel has one scale per row and column."""
+    x = x if x.stride(-1) == 1 else x.contiguous()
+    xq, xs = per_token_group_quant_fp8(x, block[1])
+    return fp8_matmul(xq, xs, w, s, x.dtype, block=block, bias=bias)

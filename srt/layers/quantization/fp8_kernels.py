@@ -68,3 +68,48 @@ def per_token_quant_fp8(x: torch.Tensor, rows: int) -> Tuple[torch.Tensor, torch
             x, q, s, m, k, x.stride(0), q.stride(0), FP8_MAX_C=FP8_MAX, BLOCK=_BLOCK, num_warps=4
         )
     return q, s
+
+
+@triton.jit
+def _per_group_quant_kernel(
+    x_ptr,
+    q_ptr,
+    s_ptr,
+    K,
+    stride_xm,
+    stride_qm,
+    stride_sm,
+    FP8_MAX_C: tl.constexpr,
+    G: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    g = tl.program_id(1)
+    kk = g * G + tl.arange(0, G)
+    x = tl.load(x_ptr + row * stride_xm + kk, mask=kk < K, other=0.0).to(tl.float32)
+    scale = tl.maximum(tl.max(tl.abs(x), axis=0) / FP8_MAX_C, 1e-12)
+    q = tl.clamp(x / scale, -FP8_MAX_C, FP8_MAX_C)
+    tl.store(q_ptr + row * stride_qm + kk, q.to(q_ptr.dtype.element_ty), mask=kk < K)
+    tl.store(s_ptr + row * stride_sm + g, scale)
+
+
+def per_token_group_quant_fp8(x: torch.Tensor, group: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """x [M, K] -> (q [M, K] fp8, s [M, ceil(K/group)] float32): one scale per token and K group,
+    the activation side of a block-scaled matmul (group = the weight's block width)."""
+    m, k = x.shape
+    assert x.stride(-1) == 1 and group & (group - 1) == 0
+    q = torch.empty(m, k, dtype=FP8, device=x.device)
+    s = torch.empty(m, triton.cdiv(k, group), dtype=torch.float32, device=x.device)
+    if m:
+        _per_group_quant_kernel[(m, s.shape[1])](
+            x,
+            q,
+            s,
+            k,
+            x.stride(0),
+            q.stride(0),
+            s.stride(0),
+            FP8_MAX_C=FP8_MAX,
+            G=group,
+            num_warps=4,
+        )
+    return q, s

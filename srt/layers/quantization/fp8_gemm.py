@@ -1,0 +1,158 @@
+"""FP8 x FP8 matmul on tensor cores with the scales applied in the kernel: y = (a * sa) @ (w * sw)^T.
+
+Both operands arrive as float8_e4m3fn, so tl.dot runs them on the FP8 tensor-core path with no
+conversion in registers (widening one byte per weight costs more than reading it at decode sizes).
+Two scale layouts:
+
+- per channel (online `--quantization fp8`): sa [M] per token, sw [N] per output channel. The
+  product of scales is constant along K, so it multiplies the fp32 sums once at the end.
+- block (FP8 checkpoints, `weight_scale_inv`): sw [ceil(N/bn), ceil(K/bk)] per weight block and sa
+  [M, ceil(K/bk)] per token and K group (the activations are quantized per 128-wide group to match).
+  The scales change along K, so each K step of exactly bk columns is scaled before it is summed.
+
+Each program owns a BLOCK_M x BLOCK_N tile of y and walks all of K; rows and columns past M / N
+read the last valid one (never stored), so only K needs a mask.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Optional, Tuple
+
+import torch
+import triton
+import triton.language as tl
+
+from sglang.srt.layers.triton_ops.gemv import load_config_override
+
+
+@triton.jit
+def _fp8_mm_kernel(
+    a_ptr,
+    sa_ptr,
+    w_ptr,
+    sw_ptr,
+    b_ptr,
+    y_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_wn,
+    stride_ym,
+    stride_sam,
+    stride_swn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    SCALE_BN: tl.constexpr,
+    BLOCKWISE: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rows = tl.minimum(rm, M - 1).to(tl.int64)
+    cols = tl.minimum(rn, N - 1).to(tl.int64)
+    rk = tl.arange(0, BLOCK_K)
+    a_tile = a_ptr + rows[:, None] * stride_am + rk[None, :]  # [BLOCK_M, BLOCK_K]
+    w_tile = w_ptr + cols[None, :] * stride_wn + rk[:, None]  # W^T tile [BLOCK_K, BLOCK_N]
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        kmask = (k0 + rk) < K
+        a = tl.load(a_tile + k0, mask=kmask[None, :], other=0.0)
+        w = tl.load(w_tile + k0, mask=kmask[:, None], other=0.0)
+        if BLOCKWISE:
+            kb = k0 // BLOCK_K
+            sa = tl.load(sa_ptr + rows * stride_sam + kb)
+            sw = tl.load(sw_ptr + (cols // SCALE_BN) * stride_swn + kb)
+            acc += tl.dot(a, w) * sa[:, None] * sw[None, :]
+        else:
+            acc = tl.dot(a, w, acc)
+    if not BLOCKWISE:
+        acc *= tl.load(sa_ptr + rows * stride_sam)[:, None] * tl.load(sw_ptr + cols)[None, :]
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+    tl.store(
+        y_ptr + rm[:, None] * stride_ym + rn[None, :],
+        acc.to(y_ptr.dtype.element_ty),
+        mask=(rm < M)[:, None] & (rn < N)[None, :],
+    )
+
+
+def block_m_for(m: int) -> int:
+    """Rows per tile: 16 (the smallest FP8 mma) for decode batches, 64 up to 64 rows, then 128."""
+    return 16 if m <= 16 else (64 if m <= 64 else 128)
+
+
+# Small M (decode) wants many narrow column tiles so every SM streams weights; large M (prefill)
+# wants square tiles for reuse.
+DEFAULT_CONFIGS: Dict[int, dict] = {
+    16: {"BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4},
+    64: {"BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4},
+    128: {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 8, "num_stages": 3},
+}
+# (N, K, BLOCK_M) -> measured config (benchmark/kernels/bench_fp8_matmul.py --out);
+# SGLANG_FP8_GEMM_CONFIGS=<json file> adds or replaces entries.
+CONFIGS: Dict[Tuple[int, int, int], dict] = {}
+load_config_override("SGLANG_FP8_GEMM_CONFIGS", CONFIGS)
+
+
+def _default_config(m: int, n: int = 0, k: int = 0) -> dict:
+    bm = block_m_for(m)
+    return {"BLOCK_M": bm, **CONFIGS.get((n, k, bm), DEFAULT_CONFIGS[bm])}
+
+
+def fp8_matmul(
+    a: torch.Tensor,
+    sa: torch.Tensor,
+    w: torch.Tensor,
+    sw: torch.Tensor,
+    out_dtype: torch.dtype,
+    block: Optional[Tuple[int, int]] = None,
+    bias: Optional[torch.Tensor] = None,
+    config: Optional[dict] = None,
+) -> torch.Tensor:
+    """a [M, K] fp8 with sa ([M] or [M, 1] per token; [M, ceil(K/bk)] when block), w [N, K] fp8 with
+    sw ([N] per channel; [ceil(N/bn), ceil(K/bk)] for block = (bn, bk)) -> y [M, N] out_dtype."""
+    m, k = a.shape
+    n = w.shape[0]
+    assert w.shape[1] == k and a.stride(1) == 1 and w.stride(1) == 1
+    cfg = dict(_default_config(m, n, k), **(config or {}))
+    if block is not None:
+        scale_bn, block_k = block
+        sa2 = sa.reshape(m, -1)
+        sw2 = sw.reshape(-1, triton.cdiv(k, block_k))
+    else:
+        scale_bn, block_k = 1, cfg["BLOCK_K"]
+        sa2 = sa.reshape(m, 1)
+        sw2 = sw.reshape(n, 1)
+    y = torch.empty((m, n), dtype=out_dtype, device=a.device)
+    if m == 0:
+        return y
+    grid = (triton.cdiv(m, cfg["BLOCK_M"]), triton.cdiv(n, cfg["BLOCK_N"]))
+    _fp8_mm_kernel[grid](
+        a,
+        sa2,
+        w,
+        sw2,
+        bias if bias is not None else y,
+        y,
+        m,
+        n,
+        k,
+        a.stride(0),
+        w.stride(0),
+        y.stride(0),
+        sa2.stride(0),
+        sw2.stride(0),
+        BLOCK_M=cfg["BLOCK_M"],
+        BLOCK_N=cfg["BLOCK_N"],
+        BLOCK_K=block_k,
+        SCALE_BN=scale_bn,
+        BLOCKWISE=block is not None,
+        HAS_BIAS=bias is not None,
+        num_warps=cfg["num_warps"],
+        num_stages=cfg["num_stages"],
+    )
+    return y
