@@ -9,7 +9,7 @@ OUT=${OUT:-benchmark/out}
 mkdir -p "$OUT"
 source "$(dirname "$0")/gpu_env.sh"
 # Stages can be picked: STAGES="tests one_batch one_batch_fp8 offline kernels attn_sweep attn_splits gemv small_m
-# variants variants_m host_ab long_ctx fp8 fp8_mm fp8_tri fp8_budget recipes hicache_tests hicache spec" (default: the first five).
+# variants variants_m host_ab long_ctx fp8 fp8_tests fp8_gemv fp8_mm fp8_tri fp8_budget recipes hicache_tests hicache spec" (default: the first five).
 STAGES=${STAGES:-"tests one_batch one_batch_fp8 offline kernels"}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 # At most 8 files come back from $OUT: stages append to a few logs.
@@ -131,6 +131,17 @@ if has fp8_small_m; then
   stage one_batch 100 env SGLANG_FP8_SMALL_M=1 python3 benchmark/bench_one_batch.py "${FSM[@]}" \
     --result-file "$OUT/one_batch.jsonl" --tag fp8_small_m
 fi
+if has fp8_tests; then
+  stage gpu_tests 200 python3 -m pytest test/gpu/test_fp8_gpu.py -q -p no:cacheprovider --timeout=100 -rfE
+fi
+if has fp8_gemv; then
+  # The one-row FP8 word GEMV (issue 24) swept per shape and scale layout against the
+  # conversion-based GEMV; the best tiles go to fp8_gemv_configs.json, which fp8_tri binds.
+  FG=()
+  [[ ${SMOKE:-0} == 1 ]] && FG=(--shapes o_proj)
+  stage fp8_gemv 240 python3 benchmark/kernels/bench_gemv.py --fp8 "${FG[@]}" --out "$OUT/fp8_gemv_configs.json"
+fi
+[[ -f "$OUT/fp8_gemv_configs.json" ]] && export SGLANG_FP8_GEMV_CONFIGS="$OUT/fp8_gemv_configs.json"
 if has fp8_mm; then
   # FP8 matmuls alone (issue 24): bf16 cuBLAS, _scaled_mm, the GEMV and the Triton FP8 x FP8 kernel
   # (per-channel, tile sweep; 128-block) at 1-256 rows; the tiles that beat the default path go to
@@ -140,9 +151,9 @@ if has fp8_mm; then
   stage fp8_mm 300 python3 benchmark/kernels/bench_fp8_matmul.py "${FMM[@]}" --out "$OUT/fp8_gemm_configs.json"
 fi
 if has fp8_tri; then
-  # Decode steps with FP8 weights: the default paths (GEMV for one row, _scaled_mm above) against
-  # the Triton FP8 x FP8 kernel for every row count (its swept tiles where the fp8_mm stage ran),
-  # then a block-scaled FP8 checkpoint (dummy, 128 x 128 scales) on the Triton block kernel.
+  # Decode steps with FP8 weights: the default paths (word GEMV for one row, the Triton FP8 x FP8
+  # kernel for decode batches, _scaled_mm above), the previous default (conversion GEMV, _scaled_mm
+  # from 2 rows), bf16 in the same call, and a block-scaled FP8 checkpoint (dummy, 128 x 128).
   FT=(--model-config llama3-8b --batch-size 1 8 64 256 --input-len 512 --output-len 32)
   [[ ${SMOKE:-0} == 1 ]] && FT=(--model-config tiny-llama --batch-size 1 8 --input-len 32 --output-len 4 --max-total-tokens 8192)
   FTB=llama3-8b-fp8-blocks
@@ -150,9 +161,10 @@ if has fp8_tri; then
   [[ -f "$OUT/fp8_gemm_configs.json" ]] && export SGLANG_FP8_GEMM_CONFIGS="$OUT/fp8_gemm_configs.json"
   stage one_batch 120 python3 benchmark/bench_one_batch.py "${FT[@]}" --quantization fp8 \
     --result-file "$OUT/one_batch.jsonl" --tag fp8_default
-  stage one_batch 120 env SGLANG_FP8_ONE_ROW=triton SGLANG_FP8_TRITON_MAX_M=4096 python3 benchmark/bench_one_batch.py \
-    "${FT[@]}" --quantization fp8 --result-file "$OUT/one_batch.jsonl" --tag fp8_triton
-  stage one_batch 120 python3 benchmark/bench_one_batch.py "${FT[@]:2}" --model-config "$FTB" \
+  stage one_batch 120 env SGLANG_FP8_ONE_ROW=gemv SGLANG_FP8_TRITON_MAX_M=0 python3 benchmark/bench_one_batch.py \
+    "${FT[@]}" --quantization fp8 --result-file "$OUT/one_batch.jsonl" --tag fp8_prev
+  stage one_batch 120 python3 benchmark/bench_one_batch.py "${FT[@]}" --result-file "$OUT/one_batch.jsonl" --tag bf16
+  stage one_batch 150 python3 benchmark/bench_one_batch.py "${FT[@]:2}" --model-config "$FTB" \
     --result-file "$OUT/one_batch.jsonl" --tag fp8_blocks
 fi
 if has fp8_budget; then

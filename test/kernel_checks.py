@@ -439,6 +439,34 @@ def check_fp8_matmul(
     return rel_err(y, ref + b if b is not None else ref)
 
 
+def check_fp8_word_gemv(
+    n: int,
+    k: int,
+    *,
+    block: Optional[tuple] = None,
+    bias: bool = False,
+    config: Optional[dict] = None,
+    seed: int = 0,
+) -> float:
+    """The one-row FP8 word GEMV vs fp32 torch on the dequantized weight. Some weights are tiny so
+    their e4m3 bytes are subnormal or zero, which the integer widening must map exactly."""
+    from sglang.srt.layers.quantization import fp8_math
+    from sglang.srt.layers.quantization.fp8_gemv import fp8_gemv
+
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn((1, k), generator=gen) * 3
+    w = torch.randn((n, k), generator=gen)
+    w[:, : k // 5] *= 1e-4
+    b = torch.randn((n,), generator=gen) if bias else None
+    if block is None:
+        wq, ws = fp8_math.quantize_per_channel(w)
+    else:
+        wq, ws = fp8_math.quantize_blocks(w, block)
+    ref = x @ fp8_math.dequantize(wq, ws, block, torch.float32).T
+    y = fp8_gemv(x, wq, ws.contiguous(), block, b, config=config)
+    return rel_err(y, ref + b if b is not None else ref)
+
+
 def check_rotary(
     n: int,
     n_q: int,
@@ -849,6 +877,18 @@ def fused_cases(full: bool) -> List[tuple]:
                 block=(128, 128),
                 config=dict(BLOCK_N=128, num_warps=1, num_stages=1),
                 seed=s,
+            ),
+        ),
+        (
+            "fp8 word gemv N37 K300 channel (row and word tails)",
+            lambda s: check_fp8_word_gemv(
+                37, 300, config=dict(BLOCK_N=8, BLOCK_W=32, num_warps=1), seed=s
+            ),
+        ),
+        (
+            "fp8 word gemv N130 K384 block 128 bias",
+            lambda s: check_fp8_word_gemv(
+                130, 384, block=(128, 128), bias=True, config=dict(BLOCK_N=16, BLOCK_W=16), seed=s
             ),
         ),
         ("decode prologue bs1", lambda s: check_decode_prologue(1, seed=s)),

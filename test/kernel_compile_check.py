@@ -25,7 +25,7 @@ from triton.compiler import ASTSource
 
 from sglang.srt.layers.attention.triton_ops import decode_attention as da
 from sglang.srt.layers.attention.triton_ops import extend_attention as ea
-from sglang.srt.layers.quantization import fp8_gemm, fp8_kernels
+from sglang.srt.layers.quantization import fp8_gemm, fp8_gemv, fp8_kernels
 from sglang.srt.layers.triton_ops import (
     activation,
     gemv,
@@ -324,6 +324,24 @@ def main(argv: Optional[list] = None) -> int:
                 ),
                 cfg["num_warps"],
                 cfg.get("num_stages", 3),
+            )
+        # The one-row word GEMV: per-channel and 128 x 128 block scales.
+        for blockwise, bw in ((False, 128), (True, 32)):
+            ok &= compile_kernel(
+                f"fp8 word gemv {dt} {'block' if blockwise else 'channel'}",
+                fp8_gemv._fp8_gemv_kernel,
+                {**p("x_ptr", "b_ptr", "y_ptr"), "w_ptr": "*i32", "s_ptr": "*fp32"},
+                dict(
+                    BLOCK_N=8,
+                    BLOCK_W=bw,
+                    BLOCKWISE=blockwise,
+                    SCALE_BN=128 if blockwise else 1,
+                    SCALE_BK=128 if blockwise else 1,
+                    HAS_BIAS=blockwise,
+                ),
+                4,
+                3,
+                divisible=("KW", "swn"),
             )
         ok &= compile_kernel(
             f"per-token fp8 quant {dt}",

@@ -32,7 +32,11 @@ from sglang.srt.layers.quantization.fp8_cuda import (
     scaled_mm_rowwise,
 )
 from sglang.srt.layers.quantization.fp8_gemm import block_m_for, fp8_matmul
-from sglang.srt.layers.quantization.fp8_kernels import per_token_quant_fp8
+from sglang.srt.layers.quantization.fp8_gemv import fp8_gemv
+from sglang.srt.layers.quantization.fp8_kernels import (
+    per_token_group_quant_fp8,
+    per_token_quant_fp8,
+)
 from sglang.srt.layers.quantization.fp8_math import (
     dequantize,
     quantize_blocks,
@@ -64,18 +68,23 @@ def _check(label: str, out: torch.Tensor, ref: torch.Tensor) -> None:
         raise SystemExit(f"{label}: rel err {err:.3g} against the dequantized reference")
 
 
-def _sweep(x, ws, m: int, n: int, k: int) -> List[Tuple[float, dict]]:
-    """(us, config) of the Triton channel-scaled kernel, quant included, fastest first."""
+def _sweep(x, ws, m: int, n: int, k: int, block=None) -> List[Tuple[float, dict]]:
+    """(us, config) of the Triton kernel (channel scales, or block scales when block is given:
+    BLOCK_K is then the block width), activation quant included, fastest first."""
     res = []
-    for tile in TILES:
+    tiles = TILES if block is None else [t for t in TILES if t["BLOCK_K"] == 128]
+    for tile in tiles:
         for bm in sorted({block_m_for(m), 16 if m <= 64 else 64}):
             cfg = dict(tile, BLOCK_M=bm)
             if bm == 128:
                 cfg["num_warps"] = 8
 
             def call(wq, cfg=cfg):
-                xq, xs = per_token_quant_fp8(x, m)
-                return fp8_matmul(xq, xs, wq[0], wq[1], x.dtype, config=cfg)
+                if block is not None:
+                    xq, xs = per_token_group_quant_fp8(x, block[1])
+                else:
+                    xq, xs = per_token_quant_fp8(x, m)
+                return fp8_matmul(xq, xs, wq[0], wq[1], x.dtype, block=block, config=cfg)
 
             try:
                 res.append((graph_time_us(call, ws), cfg))
@@ -126,6 +135,15 @@ def main(argv=None) -> None:
                         ref_bl,
                     )
                 )
+                variants.append(("fp8 word gemv", lambda w: fp8_gemv(x, w[0], w[1]), pc, ref_pc))
+                variants.append(
+                    (
+                        "fp8 block word gemv",
+                        lambda w: fp8_gemv(x, w[0], w[1], (128, 128)),
+                        bl,
+                        ref_bl,
+                    )
+                )
             times = {}
             for label, fn, ws, ref in variants:
                 if ref is not None:
@@ -145,10 +163,20 @@ def main(argv=None) -> None:
                     if t < 0.98 * default:
                         adopted[f"{n}x{k}x{block_m_for(m)}"] = {kk: v for kk, v in cfg.items()}
                     times["best config"] = cfg
+            if not args.no_sweep and m > 1:
+                swept = _sweep(x, bl, m, n, k, block=(128, 128))
+                if swept:
+                    t, cfg = swept[0]
+                    times["fp8 block triton best"] = t
+                    if t < 0.98 * times["fp8 block triton"]:
+                        adopted[f"{n}x{k}x{block_m_for(m)}x128"] = dict(cfg)
+                    times["best block config"] = cfg
             rows.append((name, m, floor_us, times))
         del pc, bl, w16
         torch.cuda.empty_cache()
-    labels = [lab for lab in rows[0][3] if lab != "best config"] + ["fp8 gemv", "fp8 block gemv"]
+    extra = ["fp8 gemv", "fp8 block gemv", "fp8 word gemv", "fp8 block word gemv"]
+    extra.append("fp8 block triton best")
+    labels = [lab for lab in rows[0][3] if "config" not in lab] + extra
     labels = list(dict.fromkeys(labels))
     print(f"floor: fp8 weight bytes at {args.bw / 1e12:.2f} TB/s; cells: us (ratio to floor)")
     print(f"{'matrix':8} {'M':>3} {'floor':>6}  " + "  ".join(f"{lab:>22}" for lab in labels))
@@ -160,7 +188,7 @@ def main(argv=None) -> None:
         print(
             f"{name:8} {m:>3} {floor_us:6.1f}  "
             + "  ".join(cells)
-            + f"  {t.get('best config', '')}"
+            + f"  {t.get('best config', '')} {t.get('best block config', '')}"
         )
     if args.out:
         with open(args.out, "w") as f:

@@ -4,9 +4,13 @@ device has it, so a call's weight stream may start while the previous call drain
 weight copies so nothing is served from L2. Checks every config against an fp32 reference.
 
     python benchmark/kernels/bench_gemv.py [--out configs.json]
+    python benchmark/kernels/bench_gemv.py --fp8 [--out fp8_gemv_configs.json]
 
 Prints us per call and TB/s; --out writes the best config per (N, K) in the format gemv.py reads
-from SGLANG_GEMV_CONFIGS.
+from SGLANG_GEMV_CONFIGS. --fp8 sweeps the one-row FP8 GEMV (srt/layers/quantization/fp8_gemv.py)
+on per-channel and 128 x 128 block-scaled weights against the conversion-based GEMV (gemv.py with
+fp8 weights, its bf16 tiles) and bf16 cuBLAS; --out then writes the format of
+SGLANG_FP8_GEMV_CONFIGS (keys N x K, and N x K x 128 for block scales).
 """
 
 from __future__ import annotations
@@ -84,10 +88,86 @@ def sweep_configs(label: str, kernel, x: torch.Tensor, ws: list, configs: list) 
     return t_cublas, results
 
 
+FP8_CONFIGS = [
+    dict(BLOCK_N=bn, BLOCK_W=bw, num_warps=w)
+    for bn, bw, w in itertools.product((4, 8, 16, 32), (64, 128, 256), (4, 8))
+]
+# A block-scaled tile stays inside one 128-wide K block: 32 words per row at most.
+FP8_BLOCK_CONFIGS = [
+    dict(BLOCK_N=bn, BLOCK_W=32, num_warps=w)
+    for bn, w in itertools.product((8, 16, 32, 64), (2, 4, 8))
+]
+
+
+def _fp8_sweep(name: str, n: int, k: int, block) -> tuple:
+    """(floor us, old GEMV us, [(us, config)] fastest first) for one fp8 weight layout."""
+    from sglang.srt.layers.quantization.fp8_gemv import fp8_gemv
+    from sglang.srt.layers.quantization.fp8_math import (
+        dequantize,
+        quantize_blocks,
+        quantize_per_channel,
+    )
+
+    ws = []
+    for _ in range(max(2, int(300e6 // (n * k)) + 1)):
+        w = torch.randn(n, k, device="cuda") * 0.02
+        q, sc = quantize_blocks(w, block) if block else quantize_per_channel(w)
+        ws.append((q, sc.contiguous()))
+        del w
+    x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+    ref = x.float() @ dequantize(ws[0][0], ws[0][1], block, torch.float32).t()
+    t_old = graph_time_us(lambda w: gemv(x, w[0], None, w_scale=w[1], scale_block=block), ws)
+    results = []
+    for cfg in FP8_BLOCK_CONFIGS if block else FP8_CONFIGS:
+        try:
+            out = fp8_gemv(x, ws[0][0], ws[0][1], block, config=cfg)
+            err = ((out.float() - ref).norm() / ref.norm()).item()
+            if not err < 1e-2:
+                raise SystemExit(f"fp8 gemv {name} wrong for {cfg}: rel err {err}")
+            fn = lambda w, c=cfg: fp8_gemv(x, w[0], w[1], block, config=c)
+            results.append((graph_time_us(fn, ws), cfg))
+        except SystemExit:
+            raise
+        except Exception as e:  # noqa: BLE001
+            print(f"fp8 gemv {name} {cfg}: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
+    results.sort(key=lambda r: r[0])
+    return t_old, results
+
+
+def main_fp8(args) -> None:
+    """The one-row FP8 GEMV sweep; the floor is the fp8 weight bytes at --bw TB/s."""
+    best, lines = {}, []
+    for name in args.shapes:
+        n, k = SHAPES[name]
+        for block in (None, (128, 128)):
+            t_old, results = _fp8_sweep(name, n, k, block)
+            t_best, cfg = results[0]
+            best[f"{n}x{k}" + (f"x{block[1]}" if block else "")] = cfg
+            floor = n * k / (args.bw * 1e12) * 1e6
+            lines.append(
+                f"{name:8} {'block' if block else 'channel':8} {floor:6.1f} {t_old:7.1f} "
+                f"({t_old / floor:.2f}x) {t_best:7.1f} ({t_best / floor:.2f}x)  {cfg} "
+                f"{[round(t, 1) for t, _ in results[:4]]}"
+            )
+    print(f"floor: fp8 weight bytes at {args.bw} TB/s; us per call (ratio to floor)")
+    print(f"{'matrix':8} {'scales':8} {'floor':>6} {'cvt GEMV':>16} {'word GEMV best':>16}  config")
+    print("\n".join(lines))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(best, f, indent=1)
+        print(f"wrote {args.out}")
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
+    ap.add_argument("--fp8", action="store_true")
+    ap.add_argument("--bw", type=float, default=4.2, help="TB/s for the fp8 floor")
+    # lm_head stays bf16 under --quantization fp8
+    ap.add_argument("--shapes", nargs="+", default=["qkv", "o_proj", "gate_up", "down"])
     args = ap.parse_args(argv)
+    if args.fp8:
+        return main_fp8(args)
     best_cfgs, rows = {}, []
     for name, (n, k) in SHAPES.items():
         ws = rotating_weights(n, k)

@@ -40,6 +40,39 @@ def test_fp8_gemv_matches_dequantized_reference(n, k, block):
     assert _rel(out, ref) < 1e-2
 
 
+@pytest.mark.parametrize("n,k", [(6144, 4096), (4096, 14336), (1000, 320)])
+@pytest.mark.parametrize("block", [None, (128, 128)])
+def test_fp8_word_gemv_matches_dequantized_reference(n, k, block):
+    """The integer-widening GEMV in fp32 output, so only summation order may differ; a fifth of
+    the weights are tiny (subnormal or zero e4m3 bytes): a device that flushed denormals would
+    drop them."""
+    from sglang.srt.layers.quantization.fp8_gemv import fp8_gemv
+    from sglang.srt.layers.quantization.fp8_math import (
+        dequantize,
+        quantize_blocks,
+        quantize_per_channel,
+    )
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    w = torch.randn(n, k, device="cuda", generator=g) * 0.02
+    w[:, : k // 5] *= 1e-4
+    q, s = quantize_blocks(w, block) if block else quantize_per_channel(w)
+    x = torch.randn(1, k, device="cuda", generator=g)
+    bias = torch.randn(n, device="cuda", generator=g)
+    ref = x @ dequantize(q, s, block).t() + bias
+    assert _rel(fp8_gemv(x, q, s.contiguous(), block, bias), ref) < 1e-5
+    small = x[:, : k // 5] @ dequantize(q, s, block)[:, : k // 5].t()
+    out_small = fp8_gemv(x[:, : k // 5].contiguous(), q[:, : k // 5].contiguous(), s.contiguous())
+    if block is None:
+        assert _rel(out_small, small) < 1e-5
+    xb = x.to(torch.bfloat16)
+    out = fp8_gemv(xb, q, s.contiguous(), block, bias.to(torch.bfloat16))
+    assert (
+        out.dtype == torch.bfloat16
+        and _rel(out, xb.float() @ dequantize(q, s, block).t() + bias) < 1e-2
+    )
+
+
 @pytest.mark.parametrize("m", [2, 17, 64, 300])
 def test_scaled_mm_rowwise_matches_dequantized_reference(m):
     from sglang.srt.layers.quantization.fp8_cuda import scaled_mm_rowwise

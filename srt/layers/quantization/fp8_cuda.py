@@ -1,19 +1,23 @@
 """FP8 matmuls on a CUDA device.
 
-- One row (batch-1 decode): the Triton GEMV reads the fp8 weight and applies its scales in
-  registers, so the step streams half the bytes of bf16.
-- More rows, per-channel weights: `torch._scaled_mm` on FP8 tensor cores, with the activations
-  quantized per token on the fly (dynamic scales, one kernel: fp8_kernels.py) into rows padded to
-  a multiple of 16, as _scaled_mm requires.
+- One row (batch-1 decode): the word GEMV (fp8_gemv.py) reads the fp8 weight four bytes at a time
+  and widens it with integer ops, its scales applied in registers, so the step streams half the
+  bytes of bf16.
+- 2-64 rows (decode batches), and up to 256 where a tile was tuned for the shape: the Triton
+  FP8 x FP8 kernel (fp8_gemm.py) with the activations quantized per token (one kernel:
+  fp8_kernels.py); its narrow tiles keep every SM streaming weights.
+- More rows, per-channel weights: `torch._scaled_mm` on FP8 tensor cores, the activations
+  quantized per token into rows padded to a multiple of 16, as _scaled_mm requires.
 - More rows, block-scaled weights (FP8 checkpoints): the Triton FP8 x FP8 kernel (fp8_gemm.py) with
   the activations quantized per token and 128-wide K group, the weight's block scales applied per
   K step.
 - A device without FP8 tensor cores (before sm_89): the weight is dequantized for the call.
   Correct, not fast; logged once.
 
-A/B switches (read once per process): SGLANG_FP8_ONE_ROW=gemv|scaled_mm|triton picks the one-row
-path; SGLANG_FP8_TRITON_MAX_M=N sends per-channel products of 2..N rows to the Triton kernel
-instead of _scaled_mm.
+A/B switches (read once per process): SGLANG_FP8_ONE_ROW=words|gemv|scaled_mm|triton picks the
+one-row path (gemv: the conversion-based GEMV of triton_ops/gemv.py); SGLANG_FP8_TRITON_MAX_M=N
+sends every per-channel product of 2..N rows to the Triton kernel (0: none), instead of the
+default rule above.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from typing import Optional, Tuple
 import torch
 import torch.nn.functional as F
 
-from sglang.srt.layers.quantization.fp8_gemm import fp8_matmul
+from sglang.srt.layers.quantization import fp8_gemv
+from sglang.srt.layers.quantization.fp8_gemm import fp8_matmul, has_tuned_config
 from sglang.srt.layers.quantization.fp8_kernels import (
     per_token_group_quant_fp8,
     per_token_quant_fp8,
@@ -36,13 +41,16 @@ from sglang.srt.layers.quantization.fp8_math import dequantize
 logger = logging.getLogger(__name__)
 
 _ROW_MULTIPLE = 16  # _scaled_mm wants both dimensions of its first operand divisible by 16
+_TRITON_ROWS = 64  # up to here the Triton kernel's default tiles beat _scaled_mm
+_TUNED_ROWS = 256  # up to here a tuned tile does
 
 
 class Fp8Matmul:
     def __init__(self, native: bool):
         self.native = native
-        self.one_row = os.environ.get("SGLANG_FP8_ONE_ROW", "gemv")
-        self.triton_max_m = int(os.environ.get("SGLANG_FP8_TRITON_MAX_M", "0"))
+        self.one_row = os.environ.get("SGLANG_FP8_ONE_ROW", "words")
+        forced = os.environ.get("SGLANG_FP8_TRITON_MAX_M")
+        self.triton_max_m = None if forced is None else int(forced)
         # SGLANG_FP8_SMALL_M=1: 1-64 rows on the small-M kernel with fp8 weights widened to bf16
         # in registers (no activation quantization), per-channel weights only (A/B runs).
         self.small_m = os.environ.get("SGLANG_FP8_SMALL_M", "0") == "1"
@@ -80,17 +88,25 @@ class Fp8Matmul:
 
             return small_m_matmul(x.contiguous(), w, bias, w_scale=s)
         m = x.shape[0]
-        if self.native and self.one_row == "gemv" and m == 1 and x.stride(-1) == 1:
+        if not self.native:
+            return F.linear(x, dequantize(w, s, block, x.dtype), bias)
+        if m == 1 and self.one_row == "words" and fp8_gemv.supports(x, w):
+            return fp8_gemv.fp8_gemv(x, w, s, block, bias)
+        if m == 1 and self.one_row == "gemv" and x.stride(-1) == 1:
             from sglang.srt.layers.triton_ops.gemv import gemv
 
             return gemv(x, w, bias, w_scale=s, scale_block=block)
-        if self.native and block is not None:
+        if block is not None:
             return blockwise_matmul(x, w, s, block, bias)
-        if self.native and (m <= self.triton_max_m or (m == 1 and self.one_row == "triton")):
+        if self._triton_rows(m, w) or (m == 1 and self.one_row == "triton"):
             return channelwise_matmul(x, w, s, bias)
-        if self.native:
-            return scaled_mm_rowwise(x, w, s, bias)
-        return F.linear(x, dequantize(w, s, block, x.dtype), bias)
+        return scaled_mm_rowwise(x, w, s, bias)
+
+    def _triton_rows(self, m: int, w: torch.Tensor) -> bool:
+        if self.triton_max_m is not None:
+            return 2 <= m <= self.triton_max_m
+        n, k = w.shape
+        return 2 <= m <= _TRITON_ROWS or (m <= _TUNED_ROWS and has_tuned_config(m, n, k))
 
 
 def scaled_mm_rowwise(

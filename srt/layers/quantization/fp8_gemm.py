@@ -92,15 +92,36 @@ DEFAULT_CONFIGS: Dict[int, dict] = {
     64: {"BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4},
     128: {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 8, "num_stages": 3},
 }
-# (N, K, BLOCK_M) -> measured config (benchmark/kernels/bench_fp8_matmul.py --out);
-# SGLANG_FP8_GEMM_CONFIGS=<json file> adds or replaces entries.
-CONFIGS: Dict[Tuple[int, int, int], dict] = {}
+# (N, K, BLOCK_M) for channel scales, (N, K, BLOCK_M, block width) for block scales -> the
+# measured config (benchmark/kernels/bench_fp8_matmul.py --out; H200, Llama-3-8B shapes, the tiles
+# that beat `_scaled_mm` there). SGLANG_FP8_GEMM_CONFIGS=<json file> adds or replaces entries.
+CONFIGS: Dict[Tuple[int, ...], dict] = {
+    (4096, 4096, 16): {"BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "num_stages": 5},
+    (4096, 4096, 64): {"BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "num_stages": 5},
+    (4096, 4096, 128): {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 5},
+    (4096, 14336, 16): {"BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "num_stages": 5},
+    (4096, 14336, 64): {"BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "num_stages": 5},
+    (4096, 14336, 128): {"BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 5},
+    (6144, 4096, 16): {"BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 4, "num_stages": 5},
+    (6144, 4096, 64): {"BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 4, "num_stages": 5},
+    (28672, 4096, 16): {"BLOCK_N": 128, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3},
+    (28672, 4096, 64): {"BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3},
+}
 load_config_override("SGLANG_FP8_GEMM_CONFIGS", CONFIGS)
 
 
-def _default_config(m: int, n: int = 0, k: int = 0) -> dict:
+def _config_key(m: int, n: int, k: int, block: Optional[Tuple[int, int]]) -> Tuple[int, ...]:
     bm = block_m_for(m)
-    return {"BLOCK_M": bm, **CONFIGS.get((n, k, bm), DEFAULT_CONFIGS[bm])}
+    return (n, k, bm) if block is None else (n, k, bm, block[1])
+
+
+def has_tuned_config(m: int, n: int, k: int, block: Optional[Tuple[int, int]] = None) -> bool:
+    return _config_key(m, n, k, block) in CONFIGS
+
+
+def _default_config(m: int, n: int = 0, k: int = 0, block=None) -> dict:
+    bm = block_m_for(m)
+    return {"BLOCK_M": bm, **CONFIGS.get(_config_key(m, n, k, block), DEFAULT_CONFIGS[bm])}
 
 
 def fp8_matmul(
@@ -118,7 +139,7 @@ def fp8_matmul(
     m, k = a.shape
     n = w.shape[0]
     assert w.shape[1] == k and a.stride(1) == 1 and w.stride(1) == 1
-    cfg = dict(_default_config(m, n, k), **(config or {}))
+    cfg = dict(_default_config(m, n, k, block), **(config or {}))
     if block is not None:
         scale_bn, block_k = block
         sa2 = sa.reshape(m, -1)

@@ -1,0 +1,156 @@
+"""One-row FP8 GEMV (batch-1 decode): y = x @ (w * scale)^T with w float8_e4m3fn read 4 bytes a word.
+
+At one byte per weight the memory system delivers ~16 weights per SM per cycle, and a conversion
+instruction per weight (e4m3 -> f16 -> f32; the f16 -> f32 step runs 16 per SM per cycle) is then
+as slow as the reads themselves. Here each 32-bit word of four e4m3 bytes is widened with integer
+shifts and masks only (64 per SM per cycle): a byte's sign goes to bit 31 and its exponent and
+mantissa to bits 20-26, which is the fp32 of the e4m3 value times 2^-120 (subnormals included, as
+long as fp32 arithmetic keeps denormals, which Triton's does). The 2^120 folds into the scale.
+
+Scales: one per output row (applied to the sums once), or one per (bn, bk) block of an FP8
+checkpoint; the tile's width divides bk, so a tile lies in one K block and each row needs one scale
+for it. Tile configs per (N, K[, bk]) come from `benchmark/kernels/bench_gemv.py --fp8`
+(FP8_CONFIGS; SGLANG_FP8_GEMV_CONFIGS=<json> adds entries).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Optional, Tuple
+
+import torch
+import triton
+import triton.language as tl
+
+from sglang.srt.layers.triton_ops.gemv import load_config_override
+from sglang.srt.layers.triton_ops.pdl import pdl_args, pdl_wait
+
+
+@triton.jit
+def _byte_as_f32(word, SHIFT: tl.constexpr):
+    """Byte SHIFT/8 of each uint32 word as fp32 (value * 2^-120)."""
+    if SHIFT <= 20:
+        mag = (word << (20 - SHIFT)) & 0x07F00000
+    else:
+        mag = (word >> (SHIFT - 20)) & 0x07F00000
+    if SHIFT <= 24:
+        sign = (word << (24 - SHIFT)) & 0x80000000
+    else:
+        sign = word & 0x80000000
+    return (mag | sign).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _fp8_gemv_kernel(
+    x_ptr,
+    w_ptr,  # [N, K / 4] int32 words of the fp8 weight
+    s_ptr,
+    b_ptr,
+    y_ptr,
+    N,
+    KW,  # K / 4
+    swn,  # row stride of w in words
+    ssn,
+    BLOCK_N: tl.constexpr,
+    BLOCK_W: tl.constexpr,  # words per tile row (4 weights each)
+    BLOCKWISE: tl.constexpr,
+    SCALE_BN: tl.constexpr,
+    SCALE_BK: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    mn = rn < N
+    rows = tl.minimum(rn, N - 1).to(tl.int64)
+    rw = tl.arange(0, BLOCK_W)
+    w_rows = w_ptr + rows[:, None] * swn
+    word = tl.load(w_rows + rw[None, :], mask=(rw < KW)[None, :], other=0)
+    pdl_wait(PDL)  # weights never depend on the kernel before; x does
+    # Partial sums stay per lane across the loop; one cross-lane reduction at the end.
+    acc = tl.zeros([BLOCK_N, BLOCK_W], dtype=tl.float32)
+    for w0 in range(0, KW, BLOCK_W):
+        ww = w0 + rw
+        mw = ww < KW
+        u = word.to(tl.uint32, bitcast=True)
+        nw = ww + BLOCK_W  # next tile issued before this tile's math (the last is fully masked)
+        word = tl.load(w_rows + nw[None, :], mask=(nw < KW)[None, :], other=0)
+        xk = x_ptr + 4 * ww
+        x0 = tl.load(xk, mask=mw, other=0.0).to(tl.float32)
+        x1 = tl.load(xk + 1, mask=mw, other=0.0).to(tl.float32)
+        x2 = tl.load(xk + 2, mask=mw, other=0.0).to(tl.float32)
+        x3 = tl.load(xk + 3, mask=mw, other=0.0).to(tl.float32)
+        part = _byte_as_f32(u, 0) * x0[None, :] + _byte_as_f32(u, 8) * x1[None, :]
+        part += _byte_as_f32(u, 16) * x2[None, :] + _byte_as_f32(u, 24) * x3[None, :]
+        if BLOCKWISE:
+            part *= tl.load(s_ptr + (rows // SCALE_BN) * ssn + (4 * w0) // SCALE_BK)[:, None]
+        acc += part
+    y = tl.sum(acc, axis=1)
+    if not BLOCKWISE:
+        y *= tl.load(s_ptr + rows)
+    y *= 1.329227995784916e36  # 2^120: the bias of _byte_as_f32
+    if HAS_BIAS:
+        y += tl.load(b_ptr + rn, mask=mn, other=0.0).to(tl.float32)
+    tl.store(y_ptr + rn, y.to(y_ptr.dtype.element_ty), mask=mn)
+
+
+DEFAULT_CONFIG = {"BLOCK_N": 8, "BLOCK_W": 128, "num_warps": 4}
+# (N, K) for per-channel scales, (N, K, bk) for block scales -> launch config.
+FP8_CONFIGS: Dict[Tuple[int, ...], dict] = {}
+load_config_override("SGLANG_FP8_GEMV_CONFIGS", FP8_CONFIGS)
+
+
+def supports(x: torch.Tensor, w: torch.Tensor) -> bool:
+    """One contiguous row and a weight whose rows pack into whole, aligned 32-bit words."""
+    return (
+        x.shape[0] == 1
+        and x.stride(-1) == 1
+        and w.shape[1] % 4 == 0
+        and w.stride(1) == 1
+        and w.stride(0) % 4 == 0
+        and w.data_ptr() % 4 == 0
+    )
+
+
+def fp8_gemv(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    scale: torch.Tensor,
+    block: Optional[Tuple[int, int]] = None,
+    bias: Optional[torch.Tensor] = None,
+    config: Optional[dict] = None,
+) -> torch.Tensor:
+    """x [1, K], w [N, K] float8_e4m3fn, scale [N] (per channel) or [ceil(N/bn), ceil(K/bk)] with
+    block = (bn, bk) -> [1, N] in x.dtype."""
+    assert supports(x, w) and scale.dtype == torch.float32
+    n, k = w.shape
+    key = (n, k) if block is None else (n, k, block[1])
+    cfg = dict(FP8_CONFIGS.get(key, DEFAULT_CONFIG), **(config or {}))
+    block_w = cfg["BLOCK_W"]
+    if block is not None:
+        # A tile must not straddle two K blocks.
+        block_w = min(block_w, block[1] // 4)
+        assert block[1] % (4 * block_w) == 0, (block, block_w)
+    scale = scale.contiguous()
+    words = w.view(torch.int32)
+    y = torch.empty((1, n), dtype=x.dtype, device=x.device)
+    _fp8_gemv_kernel[(triton.cdiv(n, cfg["BLOCK_N"]),)](
+        x,
+        words,
+        scale,
+        bias if bias is not None else y,
+        y,
+        n,
+        k // 4,
+        words.stride(0),
+        scale.stride(0) if block is not None else 0,
+        BLOCK_N=cfg["BLOCK_N"],
+        BLOCK_W=block_w,
+        BLOCKWISE=block is not None,
+        SCALE_BN=block[0] if block is not None else 1,
+        SCALE_BK=block[1] if block is not None else 1,
+        HAS_BIAS=bias is not None,
+        num_warps=cfg["num_warps"],
+        **({"num_stages": cfg["num_stages"]} if "num_stages" in cfg else {}),
+        **pdl_args(x),
+    )
+    return y
