@@ -7,6 +7,15 @@ accepted run), so the accept length is set by the benchmark and drafting costs n
 is the verify side of the trade: what a step with k drafts costs against a plain step, and the time
 per output token that results at each acceptance.
 
+--acceptance forced (default): the verify pass runs in full (forward, acceptance ops and their
+host copy), then its verdict is replaced by the oracle's: the kept drafts are accepted and the
+reference token after them is the bonus. With dummy weights the logits nearly tie, and the plain
+step's one-row GEMV rounds differently from the verify pass's multi-row product, so judged by the
+target the greedy paths part at the first near-tie and the oracle's continuation is then for the
+wrong path (scaling the logits does not help: it scales the gaps and the rounding alike). Forced,
+the accept length is the oracle's at every batch size and the tokens equal the plain run's.
+--acceptance target: the target's own verdict (tokens identical where both paths round alike).
+
     python benchmark/bench_speculative.py --model-config llama3-8b --batch-size 1 8 32 64 \
         --accept 0 0.6 0.9 1.0 --num-draft-tokens 4
 """
@@ -51,13 +60,37 @@ class OracleProposer:
 
     def draft(self, reqs, num_drafts, prefix_lens):
         ids = []
+        self.verdicts = []  # per request of this pass: the oracle's accepted tokens + bonus
         for r, k in zip(reqs, num_drafts):
             ids.append(r.output_ids[-1])
             ids.extend(r.spec_drafts[:k])
+            ref = self.reference[r.rid.split("@")[0]]
+            n = len(r.output_ids)
+            a = 0
+            while a < k and r.spec_drafts[a] == ref[n + a]:
+                a += 1
+            self.verdicts.append(list(ref[n : n + a + 1]))
         return ids, None
 
     def on_verified(self, req, accepted, num_drafts, prefix_len):
         req.spec_drafts = []
+
+
+def force_oracle_verdicts(sched) -> None:
+    """Run every verify in full, then replace its verdict with the proposer's (see --acceptance)."""
+    from sglang.srt.managers.scheduler import spec_decode
+
+    real = spec_decode.verify
+
+    def verify(*a, **kw):
+        out = real(*a, **kw)
+        toks = sched.spec.proposer.verdicts
+        out.tokens = [list(t) for t in toks]
+        out.accept_lens = [len(t) - 1 for t in toks]
+        out.invalid = [False] * len(toks)
+        return out
+
+    spec_decode.verify = verify
 
 
 def make_scheduler(args, model_path: str, spec: bool):
@@ -76,15 +109,7 @@ def make_scheduler(args, model_path: str, spec: bool):
     )
     if spec:
         kw.update(speculative_algorithm="NGRAM", speculative_num_draft_tokens=args.num_draft_tokens)
-    sched = Scheduler(ServerArgs(**kw), None)
-    if args.logit_scale != 1.0:
-        # Dummy weights give nearly tied logits, and a 1-row product rounds differently from a
-        # 4-row one: the plain and the verify path would part at the first near-tie and the oracle's
-        # continuation would then be for the wrong path. A wider logit spread (same seeded weights
-        # in both schedulers) keeps the greedy paths together; the cost of a step is unchanged.
-        with torch.no_grad():
-            sched.model_runner.model.lm_head.weight.mul_(args.logit_scale)
-    return sched
+    return Scheduler(ServerArgs(**kw), None)
 
 
 def run(sched, prompts: List[List[int]], max_new: int, tag: str) -> dict:
@@ -142,12 +167,7 @@ def main(argv=None) -> dict:
     p.add_argument("--input-len", type=int, default=512)
     p.add_argument("--output-len", type=int, default=64)
     p.add_argument("--max-total-tokens", type=int, default=65536)
-    p.add_argument(
-        "--logit-scale",
-        type=float,
-        default=16.0,
-        help="multiply the dummy LM head (both schedulers) so greedy paths do not part on rounding",
-    )
+    p.add_argument("--acceptance", choices=["forced", "target"], default="forced")
     p.add_argument("--result-file", default=None)
     args = p.parse_args(argv)
     model_path = write_model_config(args.model_config)
@@ -165,6 +185,8 @@ def main(argv=None) -> dict:
     del plain
     torch.cuda.empty_cache() if torch.cuda.is_available() else None
     spec = make_scheduler(args, model_path, spec=True)
+    if args.acceptance == "forced":
+        force_oracle_verdicts(spec)
     for bs in args.batch_size:
         base = refs[bs]["res"]
         rows.append(
@@ -192,7 +214,7 @@ def main(argv=None) -> dict:
             )
     print(
         f"{args.model_config}, input {args.input_len}, output {args.output_len}, "
-        f"{args.num_draft_tokens} tokens per verify (oracle drafts)"
+        f"{args.num_draft_tokens} tokens per verify (oracle drafts, {args.acceptance} acceptance)"
     )
     print(
         f"{'bs':>4} {'draft keep':>10} {'step ms':>8} {'tokens/step':>11} {'TPOT ms':>8} {'vs plain':>8} {'same':>5}"
@@ -203,7 +225,12 @@ def main(argv=None) -> dict:
             f"{r['batch_size']:>4} {keep:>10} {r['step_ms']:>8.2f} {r['accept_length']:>11.2f} "
             f"{r['tpot_ms']:>8.2f} {r.get('speedup', 1.0):>7.2f}x {str(r.get('same_tokens', '')):>5}"
         )
-    out = dict(model=args.model_config, num_draft_tokens=args.num_draft_tokens, rows=rows)
+    out = dict(
+        model=args.model_config,
+        num_draft_tokens=args.num_draft_tokens,
+        acceptance=args.acceptance,
+        rows=rows,
+    )
     if args.result_file:
         with open(args.result_file, "a") as f:
             f.write(json.dumps(out) + "\n")

@@ -51,4 +51,6 @@ print('$tag after', json.dumps({k: i.get(k) for k in ('num_retractions_total', '
   grep -E "retract|#running-req" "$OUT/servers.log" | tail -n 2 >> "$LOG"
   stop_server
 done
-grep -E "^=== |server \{|Output token throughput|Median TPOT|Median TTFT" "$LOG"
+# A copy: under gpu_session.sh this script's stdout is appended to $LOG itself.
+cp "$LOG" /tmp/fp8_budget_summary.log
+grep -E "^=== |server \{|Output token throughput|Median TPOT|Median TTFT" /tmp/fp8_budget_summary.log | uniq

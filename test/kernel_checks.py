@@ -888,7 +888,7 @@ def fused_cases(full: bool) -> List[tuple]:
         (
             "fp8 word gemv N130 K384 block 128 bias",
             lambda s: check_fp8_word_gemv(
-                130, 384, block=(128, 128), bias=True, config=dict(BLOCK_N=16, BLOCK_W=16), seed=s
+                130, 384, block=(128, 128), bias=True, config=dict(BLOCK_N=16, BLOCK_W=64), seed=s
             ),
         ),
         ("decode prologue bs1", lambda s: check_decode_prologue(1, seed=s)),

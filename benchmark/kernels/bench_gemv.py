@@ -118,7 +118,7 @@ def _fp8_sweep(name: str, n: int, k: int, block) -> tuple:
     ref = x.float() @ dequantize(ws[0][0], ws[0][1], block, torch.float32).t()
     t_old = graph_time_us(lambda w: gemv(x, w[0], None, w_scale=w[1], scale_block=block), ws)
     results = []
-    for cfg in FP8_BLOCK_CONFIGS if block else FP8_CONFIGS:
+    for cfg in FP8_CONFIGS:
         try:
             out = fp8_gemv(x, ws[0][0], ws[0][1], block, config=cfg)
             err = ((out.float() - ref).norm() / ref.norm()).item()

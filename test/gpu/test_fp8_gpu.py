@@ -61,10 +61,13 @@ def test_fp8_word_gemv_matches_dequantized_reference(n, k, block):
     bias = torch.randn(n, device="cuda", generator=g)
     ref = x @ dequantize(q, s, block).t() + bias
     assert _rel(fp8_gemv(x, q, s.contiguous(), block, bias), ref) < 1e-5
-    small = x[:, : k // 5] @ dequantize(q, s, block)[:, : k // 5].t()
-    out_small = fp8_gemv(x[:, : k // 5].contiguous(), q[:, : k // 5].contiguous(), s.contiguous())
+    # The tiny weights alone: their products are fp32 denormals (absolute precision 2^-149 before
+    # the 2^120 rescale), so a few 1e-5 relative; a flushing device would give ~100%.
+    t = k // 5 // 4 * 4
+    small = x[:, :t] @ dequantize(q, s, block)[:, :t].t()
     if block is None:
-        assert _rel(out_small, small) < 1e-5
+        out_small = fp8_gemv(x[:, :t].contiguous(), q[:, :t].contiguous(), s.contiguous())
+        assert _rel(out_small, small) < 1e-3
     xb = x.to(torch.bfloat16)
     out = fp8_gemv(xb, q, s.contiguous(), block, bias.to(torch.bfloat16))
     assert (

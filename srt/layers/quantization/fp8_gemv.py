@@ -8,8 +8,8 @@ mantissa to bits 20-26, which is the fp32 of the e4m3 value times 2^-120 (subnor
 long as fp32 arithmetic keeps denormals, which Triton's does). The 2^120 folds into the scale.
 
 Scales: one per output row (applied to the sums once), or one per (bn, bk) block of an FP8
-checkpoint; the tile's width divides bk, so a tile lies in one K block and each row needs one scale
-for it. Tile configs per (N, K[, bk]) come from `benchmark/kernels/bench_gemv.py --fp8`
+checkpoint, loaded per word (bk is a multiple of 4, so a word's bytes share a block) and applied
+to its four products; the repeated loads hit L1, and tiles may span several K blocks. Tile configs per (N, K[, bk]) come from `benchmark/kernels/bench_gemv.py --fp8`
 (FP8_CONFIGS; SGLANG_FP8_GEMV_CONFIGS=<json> adds entries).
 """
 
@@ -81,8 +81,11 @@ def _fp8_gemv_kernel(
         x3 = tl.load(xk + 3, mask=mw, other=0.0).to(tl.float32)
         part = _byte_as_f32(u, 0) * x0[None, :] + _byte_as_f32(u, 8) * x1[None, :]
         part += _byte_as_f32(u, 16) * x2[None, :] + _byte_as_f32(u, 24) * x3[None, :]
-        if BLOCKWISE:
-            part *= tl.load(s_ptr + (rows // SCALE_BN) * ssn + (4 * w0) // SCALE_BK)[:, None]
+        if BLOCKWISE:  # one scale per word (its 4 bytes share a K block), from L1
+            sk = (4 * ww) // SCALE_BK
+            part *= tl.load(
+                s_ptr + (rows // SCALE_BN)[:, None] * ssn + sk[None, :], mask=mw[None, :], other=0.0
+            )
         acc += part
     y = tl.sum(acc, axis=1)
     if not BLOCKWISE:
@@ -126,10 +129,7 @@ def fp8_gemv(
     key = (n, k) if block is None else (n, k, block[1])
     cfg = dict(FP8_CONFIGS.get(key, DEFAULT_CONFIG), **(config or {}))
     block_w = cfg["BLOCK_W"]
-    if block is not None:
-        # A tile must not straddle two K blocks.
-        block_w = min(block_w, block[1] // 4)
-        assert block[1] % (4 * block_w) == 0, (block, block_w)
+    assert block is None or block[1] % 4 == 0, block
     scale = scale.contiguous()
     words = w.view(torch.int32)
     y = torch.empty((1, n), dtype=x.dtype, device=x.device)
