@@ -93,20 +93,36 @@ DEFAULT_CONFIGS: Dict[int, dict] = {
     128: {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 8, "num_stages": 3},
 }
 # (N, K, BLOCK_M) for channel scales, (N, K, BLOCK_M, block width) for block scales -> the
-# measured config (benchmark/kernels/bench_fp8_matmul.py --out; H200, Llama-3-8B shapes, the tiles
-# that beat `_scaled_mm` there). SGLANG_FP8_GEMM_CONFIGS=<json file> adds or replaces entries.
-CONFIGS: Dict[Tuple[int, ...], dict] = {
-    (4096, 4096, 16): {"BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "num_stages": 5},
-    (4096, 4096, 64): {"BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "num_stages": 5},
-    (4096, 4096, 128): {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 5},
-    (4096, 14336, 16): {"BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "num_stages": 5},
-    (4096, 14336, 64): {"BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "num_stages": 5},
-    (4096, 14336, 128): {"BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 5},
-    (6144, 4096, 16): {"BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 4, "num_stages": 5},
-    (6144, 4096, 64): {"BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 4, "num_stages": 5},
-    (28672, 4096, 16): {"BLOCK_N": 128, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3},
-    (28672, 4096, 64): {"BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3},
+# measured tile (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages): benchmark/kernels/
+# bench_fp8_matmul.py --out on the H200, Llama-3-8B shapes, the tiles that beat the default path
+# there. SGLANG_FP8_GEMM_CONFIGS=<json file> adds or replaces entries.
+# fmt: off
+_TUNED: Dict[Tuple[int, ...], Tuple[int, int, int, int, int]] = {
+    (4096, 4096, 16): (16, 32, 256, 4, 5),
+    (4096, 4096, 16, 128): (16, 32, 128, 4, 5),
+    (4096, 4096, 64): (64, 32, 256, 4, 5),
+    (4096, 4096, 64, 128): (64, 32, 128, 4, 5),
+    (4096, 4096, 128): (64, 128, 128, 4, 5),
+    (4096, 4096, 128, 128): (64, 128, 128, 4, 5),
+    (4096, 14336, 16): (16, 32, 256, 4, 5),
+    (4096, 14336, 16, 128): (16, 32, 128, 4, 5),
+    (4096, 14336, 64): (64, 32, 256, 4, 5),
+    (4096, 14336, 64, 128): (64, 32, 128, 4, 5),
+    (4096, 14336, 128): (64, 64, 128, 4, 5),
+    (4096, 14336, 128, 128): (64, 128, 128, 4, 5),
+    (6144, 4096, 16): (16, 64, 256, 4, 5),
+    (6144, 4096, 64): (64, 64, 256, 4, 5),
+    (6144, 4096, 64, 128): (64, 64, 128, 4, 5),
+    (6144, 4096, 128, 128): (64, 128, 128, 4, 3),
+    (28672, 4096, 16): (16, 128, 128, 4, 3),
+    (28672, 4096, 16, 128): (16, 128, 128, 4, 5),
+    (28672, 4096, 64): (64, 64, 128, 4, 3),
+    (28672, 4096, 64, 128): (64, 128, 128, 4, 3),
+    (28672, 4096, 128, 128): (64, 128, 128, 4, 3),
 }
+# fmt: on
+_FIELDS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
+CONFIGS: Dict[Tuple[int, ...], dict] = {k: dict(zip(_FIELDS, v)) for k, v in _TUNED.items()}
 load_config_override("SGLANG_FP8_GEMM_CONFIGS", CONFIGS)
 
 
