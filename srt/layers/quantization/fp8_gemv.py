@@ -1,15 +1,16 @@
 """One-row FP8 GEMV (batch-1 decode): y = x @ (w * scale)^T with w float8_e4m3fn read 4 bytes a word.
 
-At one byte per weight the memory system delivers ~16 weights per SM per cycle, and a conversion
-instruction per weight (e4m3 -> f16 -> f32; the f16 -> f32 step runs 16 per SM per cycle) is then
-as slow as the reads themselves. Here each 32-bit word of four e4m3 bytes is widened with integer
-shifts and masks only (64 per SM per cycle): a byte's sign goes to bit 31 and its exponent and
-mantissa to bits 20-26, which is the fp32 of the e4m3 value times 2^-120 (subnormals included, as
-long as fp32 arithmetic keeps denormals, which Triton's does). The 2^120 folds into the scale.
+Each 32-bit word of four e4m3 bytes is widened with integer shifts and masks: a byte's sign goes
+to bit 31 and its exponent and mantissa to bits 20-26, which is the fp32 of the e4m3 value times
+2^-120 (subnormals included: fp32 arithmetic here keeps denormals). The 2^120 folds into the
+scale. Partial sums stay per lane across K and are reduced once at the end.
 
 Scales: one per output row (applied to the sums once), or one per (bn, bk) block of an FP8
 checkpoint, loaded per word (bk is a multiple of 4, so a word's bytes share a block) and applied
-to its four products; the repeated loads hit L1, and tiles may span several K blocks. Tile configs per (N, K[, bk]) come from `benchmark/kernels/bench_gemv.py --fp8`
+to its four products; the repeated loads hit L1, and tiles may span several K blocks. The
+conversion-based GEMV (triton_ops/gemv.py) is as fast on per-channel weights but loads a block
+scale per weight, which at one byte per weight costs more than the weight itself.
+Tile configs per (N, K[, bk]) come from `benchmark/kernels/bench_gemv.py --fp8`
 (FP8_CONFIGS; SGLANG_FP8_GEMV_CONFIGS=<json> adds entries).
 """
 
@@ -97,8 +98,23 @@ def _fp8_gemv_kernel(
 
 
 DEFAULT_CONFIG = {"BLOCK_N": 8, "BLOCK_W": 128, "num_warps": 4}
-# (N, K) for per-channel scales, (N, K, bk) for block scales -> launch config.
-FP8_CONFIGS: Dict[Tuple[int, ...], dict] = {}
+# (N, K) for per-channel scales, (N, K, bk) for block scales -> (BLOCK_N, BLOCK_W, num_warps):
+# the best tile of `bench_gemv.py --fp8` on the H200 (Llama-3-8B shapes).
+# fmt: off
+_TUNED: Dict[Tuple[int, ...], Tuple[int, int, int]] = {
+    (6144, 4096): (8, 256, 8),
+    (6144, 4096, 128): (8, 128, 4),
+    (4096, 4096): (8, 256, 4),
+    (4096, 4096, 128): (16, 256, 8),
+    (28672, 4096): (8, 128, 4),
+    (28672, 4096, 128): (32, 64, 4),
+    (4096, 14336): (16, 256, 8),
+    (4096, 14336, 128): (16, 256, 8),
+}
+# fmt: on
+FP8_CONFIGS: Dict[Tuple[int, ...], dict] = {
+    k: dict(zip(("BLOCK_N", "BLOCK_W", "num_warps"), v)) for k, v in _TUNED.items()
+}
 load_config_override("SGLANG_FP8_GEMV_CONFIGS", FP8_CONFIGS)
 
 
