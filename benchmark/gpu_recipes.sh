@@ -79,4 +79,17 @@ if want eon && start_recipe_server overlap-on; then bench e-overlap-on "${OVERLA
 stop_server
 if want eoff && start_recipe_server overlap-off --disable-overlap-schedule; then bench e-overlap-off "${OVERLAP[@]}"; fi
 stop_server
+# (f) the guide's speculation warning: the shared-prefix recipe in a pool that holds the four
+# system prompts with little to spare, plain vs NGRAM (whose verify slots are reserved per step):
+# the radix hit rate of each (SERVERS="spoff spon").
+SPOOL=(--max-total-tokens $((4 * SYS + 8 * (SYS + Q + GEN))))
+for v in "spoff" "spon --speculative-algorithm NGRAM --speculative-num-draft-tokens 4"; do
+  set -- $v
+  tag=$1; shift
+  if want "$tag" && start_recipe_server "$tag" "${SPOOL[@]}" "$@"; then
+    bench "f-$tag" "${GSP[@]}"
+    get "$URL/metrics" | grep -E '^sglang:(cache_hit_rate|spec_accept_length)' | sed "s/^/$tag /" >> "$LOG"
+  fi
+  stop_server
+done
 grep -E "^=== " "$LOG"
