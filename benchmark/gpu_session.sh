@@ -9,7 +9,7 @@ OUT=${OUT:-benchmark/out}
 mkdir -p "$OUT"
 source "$(dirname "$0")/gpu_env.sh"
 # Stages can be picked: STAGES="tests one_batch one_batch_fp8 offline kernels attn_sweep attn_splits gemv small_m
-# variants variants_m host_ab long_ctx fp8 fp8_tests fp8_gemv fp8_mm fp8_tri fp8_budget recipes hicache_tests hicache spec" (default: the first five).
+# variants variants_m host_ab long_ctx fp8 fp8_tests fp8_gemv fp8_mm fp8_tri fp8_prof fp8_budget recipes hicache_tests hicache spec" (default: the first five).
 STAGES=${STAGES:-"tests one_batch one_batch_fp8 offline kernels"}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 # At most 8 files come back from $OUT: stages append to a few logs.
@@ -122,6 +122,14 @@ if has fp8_ab; then
   stage one_batch 90 python3 benchmark/bench_one_batch.py "${FAB[@]}" --result-file "$OUT/one_batch.jsonl" --tag fp8_gemv
   stage one_batch 90 env SGLANG_FP8_ONE_ROW=scaled_mm python3 benchmark/bench_one_batch.py "${FAB[@]}" \
     --result-file "$OUT/one_batch.jsonl" --tag fp8_scaled_mm
+fi
+if has fp8_prof; then
+  # Where the bs 1 FP8 step goes: decode kernel tables (per-kernel time, idle share) for fp8 and bf16.
+  FP=(--model-config llama3-8b --batch-size 1 --input-len 512 --output-len 16 --profile-bs 1)
+  [[ ${SMOKE:-0} == 1 ]] && FP=(--model-config tiny-llama --batch-size 1 --input-len 32 --output-len 4 --profile-bs 1 --max-total-tokens 8192)
+  stage one_batch 120 python3 benchmark/bench_one_batch.py "${FP[@]}" --quantization fp8 \
+    --result-file "$OUT/one_batch.jsonl" --tag fp8_prof
+  stage one_batch 120 python3 benchmark/bench_one_batch.py "${FP[@]}" --result-file "$OUT/one_batch.jsonl" --tag bf16_prof
 fi
 if has fp8_small_m; then
   # 1-64-row FP8 products on the small-M tensor-core kernel (fp8 weights widened in registers)
