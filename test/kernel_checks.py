@@ -426,12 +426,11 @@ def check_fp8_matmul(
     x = torch.randn((m, k), generator=gen) * 3
     w = torch.randn((n, k), generator=gen)
     b = torch.randn((n,), generator=gen) if bias else None
+    wq, ws = fp8_math.quantize(w, block)
     if block is None:
-        wq, ws = fp8_math.quantize_per_channel(w)
         xq, xs = per_token_quant_fp8(x, m)
         x_ref = xq.float() * xs
     else:
-        wq, ws = fp8_math.quantize_blocks(w, block)
         xq, xs = per_token_group_quant_fp8(x, block[1])
         x_ref = xq.float() * xs.repeat_interleave(block[1], dim=1)[:, :k]
     y = fp8_matmul(xq, xs, wq, ws, torch.float32, block=block, bias=b, config=config)
@@ -458,10 +457,7 @@ def check_fp8_word_gemv(
     w = torch.randn((n, k), generator=gen)
     w[:, : k // 5] *= 1e-4
     b = torch.randn((n,), generator=gen) if bias else None
-    if block is None:
-        wq, ws = fp8_math.quantize_per_channel(w)
-    else:
-        wq, ws = fp8_math.quantize_blocks(w, block)
+    wq, ws = fp8_math.quantize(w, block)
     ref = x @ fp8_math.dequantize(wq, ws, block, torch.float32).T
     y = fp8_gemv(x, wq, ws.contiguous(), block, b, config=config)
     return rel_err(y, ref + b if b is not None else ref)

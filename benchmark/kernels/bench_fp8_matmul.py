@@ -24,7 +24,7 @@ from typing import Callable, List, Tuple
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gemv import SHAPES, graph_time_us
+from bench_gemv import SHAPES, graph_time_us, rotating_fp8_weights
 
 from sglang.srt.layers.quantization.fp8_cuda import (
     blockwise_matmul,
@@ -39,8 +39,6 @@ from sglang.srt.layers.quantization.fp8_kernels import (
 )
 from sglang.srt.layers.quantization.fp8_math import (
     dequantize,
-    quantize_blocks,
-    quantize_per_channel,
 )
 from sglang.srt.layers.triton_ops.gemv import gemv
 
@@ -48,18 +46,6 @@ TILES = [
     dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=4, num_stages=st)
     for bn, bk, st in itertools.product((32, 64, 128), (128, 256), (3, 5))
 ]
-
-
-def _rotating(n: int, k: int, block) -> list:
-    """fp8 weight copies (>= 300 MB of fp8 bytes) with their scales."""
-    copies = max(2, int(300e6 // (n * k)) + 1)
-    out = []
-    for _ in range(copies):
-        w = torch.randn(n, k, device="cuda") * 0.02
-        q, s = quantize_blocks(w, block) if block else quantize_per_channel(w)
-        out.append((q, s.contiguous()))
-        del w
-    return out
 
 
 def _check(label: str, out: torch.Tensor, ref: torch.Tensor) -> None:
@@ -105,8 +91,8 @@ def main(argv=None) -> None:
     for name in args.shapes:
         n, k = SHAPES[name]
         floor_us = n * k / args.bw * 1e6
-        pc = _rotating(n, k, None)
-        bl = _rotating(n, k, (128, 128))
+        pc = rotating_fp8_weights(n, k)
+        bl = rotating_fp8_weights(n, k, (128, 128))
         w16 = [dequantize(q, s).to(torch.bfloat16) for q, s in pc[:2]]
         for m in args.m:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)

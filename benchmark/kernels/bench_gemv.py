@@ -66,12 +66,27 @@ def rotating_weights(n: int, k: int) -> list:
     return [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02 for _ in range(copies)]
 
 
-def sweep_configs(label: str, kernel, x: torch.Tensor, ws: list, configs: list) -> tuple:
-    """(cuBLAS us, [(us, config)] fastest first) of kernel(x, w, config=...) against F.linear over
-    `configs`; every config is checked against the fp32 reference first (a wrong one stops the
-    sweep), and a config that does not build (e.g. out of shared memory) is skipped."""
-    ref = gemv_ref(x, ws[0])
-    t_cublas = graph_time_us(lambda w: torch.nn.functional.linear(x, w), ws)
+def rotating_fp8_weights(n: int, k: int, block=None) -> list:
+    """(fp8 weight, scales) copies, >= 300 MB of fp8 bytes in all, per channel or per block."""
+    from sglang.srt.layers.quantization.fp8_math import quantize
+
+    out = []
+    for _ in range(max(2, int(300e6 // (n * k)) + 1)):
+        q, s = quantize(torch.randn(n, k, device="cuda") * 0.02, block)
+        out.append((q, s.contiguous()))
+    return out
+
+
+def sweep_configs(
+    label: str, kernel, x: torch.Tensor, ws: list, configs: list, ref=None, baseline=None
+) -> tuple:
+    """(baseline us, [(us, config)] fastest first) of kernel(x, w, config=...) over `configs`;
+    baseline(w) defaults to F.linear (cuBLAS) and ref to the fp32 product with ws[0]. Every config
+    is checked against ref first (a wrong one stops the sweep), and a config that does not build
+    (e.g. out of shared memory) is skipped."""
+    ref = gemv_ref(x, ws[0]) if ref is None else ref
+    baseline = baseline or (lambda w: torch.nn.functional.linear(x, w))
+    t_cublas = graph_time_us(baseline, ws)
     results = []
     for cfg in configs:
         try:
@@ -92,46 +107,24 @@ FP8_CONFIGS = [
     dict(BLOCK_N=bn, BLOCK_W=bw, num_warps=w)
     for bn, bw, w in itertools.product((4, 8, 16, 32), (64, 128, 256), (4, 8))
 ]
-# A block-scaled tile stays inside one 128-wide K block: 32 words per row at most.
-FP8_BLOCK_CONFIGS = [
-    dict(BLOCK_N=bn, BLOCK_W=32, num_warps=w)
-    for bn, w in itertools.product((8, 16, 32, 64), (2, 4, 8))
-]
 
 
 def _fp8_sweep(name: str, n: int, k: int, block) -> tuple:
-    """(floor us, old GEMV us, [(us, config)] fastest first) for one fp8 weight layout."""
+    """(conversion GEMV us, [(us, config)] fastest first) for one fp8 weight layout."""
     from sglang.srt.layers.quantization.fp8_gemv import fp8_gemv
-    from sglang.srt.layers.quantization.fp8_math import (
-        dequantize,
-        quantize_blocks,
-        quantize_per_channel,
-    )
+    from sglang.srt.layers.quantization.fp8_math import dequantize
 
-    ws = []
-    for _ in range(max(2, int(300e6 // (n * k)) + 1)):
-        w = torch.randn(n, k, device="cuda") * 0.02
-        q, sc = quantize_blocks(w, block) if block else quantize_per_channel(w)
-        ws.append((q, sc.contiguous()))
-        del w
+    ws = rotating_fp8_weights(n, k, block)
     x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
-    ref = x.float() @ dequantize(ws[0][0], ws[0][1], block, torch.float32).t()
-    t_old = graph_time_us(lambda w: gemv(x, w[0], None, w_scale=w[1], scale_block=block), ws)
-    results = []
-    for cfg in FP8_CONFIGS:
-        try:
-            out = fp8_gemv(x, ws[0][0], ws[0][1], block, config=cfg)
-            err = ((out.float() - ref).norm() / ref.norm()).item()
-            if not err < 1e-2:
-                raise SystemExit(f"fp8 gemv {name} wrong for {cfg}: rel err {err}")
-            fn = lambda w, c=cfg: fp8_gemv(x, w[0], w[1], block, config=c)
-            results.append((graph_time_us(fn, ws), cfg))
-        except SystemExit:
-            raise
-        except Exception as e:  # noqa: BLE001
-            print(f"fp8 gemv {name} {cfg}: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
-    results.sort(key=lambda r: r[0])
-    return t_old, results
+    return sweep_configs(
+        f"fp8 gemv {name}",
+        lambda x, w, config: fp8_gemv(x, w[0], w[1], block, config=config),
+        x,
+        ws,
+        FP8_CONFIGS,
+        ref=x.float() @ dequantize(ws[0][0], ws[0][1], block, torch.float32).t(),
+        baseline=lambda w: gemv(x, w[0], None, w_scale=w[1], scale_block=block),
+    )
 
 
 def main_fp8(args) -> None:

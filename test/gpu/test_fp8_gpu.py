@@ -23,16 +23,12 @@ def _rel(out: torch.Tensor, ref: torch.Tensor) -> float:
 @pytest.mark.parametrize("n,k", [(6144, 4096), (4096, 14336), (1000, 320)])
 @pytest.mark.parametrize("block", [None, (128, 128)])
 def test_fp8_gemv_matches_dequantized_reference(n, k, block):
-    from sglang.srt.layers.quantization.fp8_math import (
-        dequantize,
-        quantize_blocks,
-        quantize_per_channel,
-    )
+    from sglang.srt.layers.quantization.fp8_math import dequantize, quantize
     from sglang.srt.layers.triton_ops.gemv import gemv
 
     g = torch.Generator(device="cuda").manual_seed(0)
     w = torch.randn(n, k, device="cuda", generator=g) * 0.02
-    q, s = quantize_blocks(w, block) if block else quantize_per_channel(w)
+    q, s = quantize(w, block)
     x = torch.randn(1, k, device="cuda", generator=g).to(torch.bfloat16)
     bias = torch.randn(n, device="cuda", generator=g).to(torch.bfloat16)
     ref = x.float() @ dequantize(q, s, block).t() + bias.float()
@@ -47,16 +43,12 @@ def test_fp8_word_gemv_matches_dequantized_reference(n, k, block):
     the weights are tiny (subnormal or zero e4m3 bytes): a device that flushed denormals would
     drop them."""
     from sglang.srt.layers.quantization.fp8_gemv import fp8_gemv
-    from sglang.srt.layers.quantization.fp8_math import (
-        dequantize,
-        quantize_blocks,
-        quantize_per_channel,
-    )
+    from sglang.srt.layers.quantization.fp8_math import dequantize, quantize
 
     g = torch.Generator(device="cuda").manual_seed(0)
     w = torch.randn(n, k, device="cuda", generator=g) * 0.02
     w[:, : k // 5] *= 1e-4
-    q, s = quantize_blocks(w, block) if block else quantize_per_channel(w)
+    q, s = quantize(w, block)
     x = torch.randn(1, k, device="cuda", generator=g)
     bias = torch.randn(n, device="cuda", generator=g)
     ref = x @ dequantize(q, s, block).t() + bias
@@ -95,15 +87,11 @@ def test_scaled_mm_rowwise_matches_dequantized_reference(m):
 def test_triton_fp8_matmul_matches_dequantized_reference(m, block):
     """The FP8 x FP8 Triton kernel (per-channel rows and 128-block checkpoints) on tensor cores."""
     from sglang.srt.layers.quantization.fp8_cuda import blockwise_matmul, channelwise_matmul
-    from sglang.srt.layers.quantization.fp8_math import (
-        dequantize,
-        quantize_blocks,
-        quantize_per_channel,
-    )
+    from sglang.srt.layers.quantization.fp8_math import dequantize, quantize
 
     g = torch.Generator(device="cuda").manual_seed(2)
     w = torch.randn(3000, 4096, device="cuda", generator=g) * 0.02
-    q, s = quantize_blocks(w, block) if block else quantize_per_channel(w)
+    q, s = quantize(w, block)
     x = torch.randn(m, 4096, device="cuda", generator=g).to(torch.bfloat16)
     bias = torch.randn(3000, device="cuda", generator=g).to(torch.bfloat16)
     ref = x.float() @ dequantize(q, s, block).t() + bias.float()

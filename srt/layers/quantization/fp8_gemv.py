@@ -141,11 +141,10 @@ def fp8_gemv(
     """x [1, K], w [N, K] float8_e4m3fn, scale [N] (per channel) or [ceil(N/bn), ceil(K/bk)] with
     block = (bn, bk) -> [1, N] in x.dtype."""
     assert supports(x, w) and scale.dtype == torch.float32
+    assert block is None or block[1] % 4 == 0, block  # a word's 4 bytes share one K block
     n, k = w.shape
     key = (n, k) if block is None else (n, k, block[1])
     cfg = dict(FP8_CONFIGS.get(key, DEFAULT_CONFIG), **(config or {}))
-    block_w = cfg["BLOCK_W"]
-    assert block is None or block[1] % 4 == 0, block
     scale = scale.contiguous()
     words = w.view(torch.int32)
     y = torch.empty((1, n), dtype=x.dtype, device=x.device)
@@ -160,7 +159,7 @@ def fp8_gemv(
         words.stride(0),
         scale.stride(0) if block is not None else 0,
         BLOCK_N=cfg["BLOCK_N"],
-        BLOCK_W=block_w,
+        BLOCK_W=cfg["BLOCK_W"],
         BLOCKWISE=block is not None,
         SCALE_BN=block[0] if block is not None else 1,
         SCALE_BK=block[1] if block is not None else 1,

@@ -46,6 +46,14 @@ def quantize_blocks(
     return q.to(FP8).contiguous(), s
 
 
+def quantize(
+    w: torch.Tensor, block: Optional[Tuple[int, int]] = None
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Per-channel scales, or per (bn, bk) block when block is given (the two layouts the FP8
+    matmuls take)."""
+    return quantize_per_channel(w) if block is None else quantize_blocks(w, block)
+
+
 def expand_block_scales(
     s: torch.Tensor, shape: Tuple[int, int], block: Tuple[int, int]
 ) -> torch.Tensor:
