@@ -50,6 +50,11 @@ def parse_args(argv=None):
     p.add_argument(
         "--flops", type=float, default=None, help="FLOP/s for the floor (default: measure)"
     )
+    p.add_argument(
+        "--step-trace",
+        default=None,
+        help="write the scheduler's per-pass device timeline here and print where the time went",
+    )
     p.add_argument("--tag", default="")
     args, extra = p.parse_known_args(argv)
     if args.load_format is None:
@@ -143,6 +148,12 @@ def main(argv=None) -> dict:
     cfg = json.load(open(os.path.join(model_path, "config.json")))
     vocab = cfg["vocab_size"]
     bw, flops = _rates(args)
+    if args.step_trace:
+        from sglang.srt.managers.scheduler.step_trace import ENV
+
+        if os.path.exists(args.step_trace):
+            os.remove(args.step_trace)
+        os.environ[ENV] = args.step_trace  # the scheduler process inherits it
     t0 = time.perf_counter()
     engine = Engine(
         model_path=model_path,
@@ -166,6 +177,9 @@ def main(argv=None) -> dict:
         t0 = time.perf_counter()
         outs = engine.generate(input_ids=ids, sampling_params=sps)
         elapsed = time.perf_counter() - t0
+        run_start = t0
+        if args.step_trace:
+            engine.get_server_info()  # the scheduler writes its finished passes first
     finally:
         engine.shutdown()
     out_tokens = sum(len(o["output_ids"]) for o in outs)
@@ -217,12 +231,26 @@ def main(argv=None) -> dict:
         f"{floor['prefill_s']:.2f}s (at {bw / 1e12:.2f} TB/s, {flops / 1e12:.0f} TFLOP/s): "
         f"measured / floor = {elapsed / floor['floor_s']:.2f}x"
     )
+    if args.step_trace:
+        res["trace"] = _trace_report(args.step_trace, run_start, facts, bw, flops)
     if out_tokens != expected:
         print("WARNING: output token count differs from the requested lengths")
     if args.result_file:
         with open(args.result_file, "a") as f:
             f.write(json.dumps(res) + "\n")
     return res
+
+
+def _trace_report(path: str, run_start: float, facts, bw: float, flops: float) -> dict:
+    """Print the timed run's passes against their floors (warm-up passes left out)."""
+    import dataclasses
+
+    from step_trace_report import format_summary, load, summarize
+
+    rows = [r for r in load(path) if r["launched_s"] >= run_start]
+    summary = summarize(rows, facts, bw, flops)
+    print(format_summary(summary))
+    return dataclasses.asdict(summary)
 
 
 def _rates(args) -> tuple:

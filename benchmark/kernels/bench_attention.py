@@ -31,10 +31,12 @@ import torch
 import torch.nn.functional as F
 import triton
 
+from sglang.srt.layers.attention.triton_backend import max_kv_splits_for
 from sglang.srt.layers.attention.triton_ops.decode_attention import (
     compute_num_kv_splits,
     decode_attention_fwd,
     decode_attention_ref,
+    decode_head_programs,
 )
 from sglang.srt.layers.attention.triton_ops.extend_attention import (
     extend_attention_fwd,
@@ -136,7 +138,8 @@ DECODE_CASES += [(32, 32, 128, bs, 4096, grouped) for bs in (8, 64) for grouped 
 
 
 class DecodeSetup:
-    """bs requests of `ctx` tokens each in randomly permuted pool slots, `n_layers` K/V buffer pairs."""
+    """bs requests of `ctx` tokens each (or of the lengths in `lens`) in randomly permuted pool
+    slots, `n_layers` K/V buffer pairs."""
 
     def __init__(
         self,
@@ -148,17 +151,20 @@ class DecodeSetup:
         max_kv_splits: int,
         n_layers: int,
         seed: int = 0,
+        lens: Optional[Sequence[int]] = None,
     ):
         g = torch.Generator(device=DEV).manual_seed(seed)
-        total = bs * ctx
+        lens = list(lens) if lens is not None else [ctx] * bs
+        total = sum(lens)
         self.bs, self.ctx, self.h, self.hkv, self.d, self.max_kv_splits = (
             bs,
-            ctx,
+            max(lens),
             h,
             hkv,
             d,
             max_kv_splits,
         )
+        self.total = total
         self.k = [
             torch.randn((total + 1, hkv, d), device=DEV, dtype=DT, generator=g)
             for _ in range(n_layers)
@@ -167,11 +173,15 @@ class DecodeSetup:
             torch.randn((total + 1, hkv, d), device=DEV, dtype=DT, generator=g)
             for _ in range(n_layers)
         ]
-        self.req_to_token = torch.zeros((bs + 1, ctx + 16), dtype=torch.int32, device=DEV)
+        self.req_to_token = torch.zeros((bs + 1, self.ctx + 16), dtype=torch.int32, device=DEV)
         slots = torch.randperm(total, device=DEV, generator=g).to(torch.int32) + 1
-        self.req_to_token[1:, :ctx] = slots.view(bs, ctx)
+        at = 0
+        for i, n in enumerate(lens):
+            self.req_to_token[i + 1, :n] = slots[at : at + n]
+            at += n
         self.rows = torch.randperm(bs, device=DEV, generator=g) + 1
-        self.seq_lens = torch.full((bs,), ctx, dtype=torch.int64, device=DEV)
+        # Row r of req_to_token holds lens[r - 1] tokens; request i reads row rows[i].
+        self.seq_lens = torch.tensor(lens, dtype=torch.int64, device=DEV)[self.rows - 1]
         self.q = torch.randn((bs, h, d), device=DEV, dtype=DT, generator=g)
         self.o = torch.empty((bs, h, d), device=DEV, dtype=DT)
         self.logits = torch.empty((bs, h, max_kv_splits, d), device=DEV, dtype=torch.float32)
@@ -180,7 +190,7 @@ class DecodeSetup:
         self.scale = 1.0 / math.sqrt(d)
 
     def floor_bytes(self) -> int:
-        tokens = self.bs * self.ctx
+        tokens = self.total
         return tokens * self.hkv * 2 * self.d * 2 + tokens * 4 + 2 * self.bs * self.h * self.d * 2
 
     def triton_call(
@@ -497,6 +507,75 @@ def bench_fused(args) -> None:
 # ---------------------------------------------------------------------------------------------
 # Sweeps (opt-in)
 # ---------------------------------------------------------------------------------------------
+# Ragged batches (the offline workload's and a chat server's): (label, (H, H_kv, D), lengths).
+def _ragged_cases() -> List[Tuple[str, Tuple[int, int, int], List[int]]]:
+    import random
+
+    rng = random.Random(0)
+
+    def uniform(n: int, lo: int, hi: int) -> List[int]:
+        return [rng.randint(lo, hi) for _ in range(n)]
+
+    qwen, llama = (16, 8, 128), (32, 8, 128)
+    return [
+        ("256 U[100,2048]", qwen, uniform(256, 100, 2048)),
+        ("128 U[300,2048]", qwen, uniform(128, 300, 2048)),
+        ("32 U[800,2048]", qwen, uniform(32, 800, 2048)),
+        ("256 x 1100", qwen, [1100] * 256),
+        ("64 U[100,2048]", llama, uniform(64, 100, 2048)),
+        ("64 x 528", llama, [528] * 64),
+        ("63 x 512 + 32k", llama, [512] * 63 + [32768]),
+        ("8 U[512,32k]", llama, uniform(8, 512, 32768)),
+    ]
+
+
+# Split rules compared on ragged batches: (target programs per SM, longest split in tokens).
+RAGGED_RULES = ((3, None), (3, 1024), (3, 512), (3, 256), (8, None), (16, None))
+
+
+def ragged_splits(
+    seq_lens: torch.Tensor, h: int, hkv: int, max_splits: int, waves: int, cap: Optional[int]
+) -> torch.Tensor:
+    """compute_num_kv_splits' rule, with the split length also held at or under `cap`."""
+    if cap is None:
+        return compute_num_kv_splits(seq_lens, h, hkv, max_splits, waves=waves)
+    num_sms = torch.cuda.get_device_properties(0).multi_processor_count
+    hp = decode_head_programs(h, hkv)
+    split_len = max(64, min(cap, -(-int(seq_lens.sum()) * hp // (num_sms * waves))))
+    n = (seq_lens + split_len - 1) // split_len
+    return n.clamp(1, max_splits).to(torch.int32)
+
+
+def bench_ragged(args) -> None:
+    print(
+        f"\n== Decode attention on ragged batches, us per layer (% of the byte floor at "
+        f"{args.bw / 1e12:.2f} TB/s) by split rule (waves / longest split), max splits =="
+    )
+    names = [f"w{w}/{c or '-'}" for w, c in RAGGED_RULES]
+    print(f"{'batch':>18} {'heads':>8} {'floor':>7} " + " ".join(f"{n:>16}" for n in names))
+    for label, (h, hkv, d), lens in _ragged_cases():
+        bs = len(lens)
+        max_splits = max_kv_splits_for(bs, decode_head_programs(h, hkv), 132, 16)
+        n_layers = layers_for(sum(lens) * hkv * 2 * d * 2)
+        s = DecodeSetup(bs, 0, h, hkv, d, max_splits, n_layers, lens=lens)
+        ref = decode_attention_ref(s.q, s.k[0], s.v[0], s.req_to_token, s.rows, s.seq_lens, s.scale)
+        floor_ms = s.floor_bytes() / args.bw * 1e3
+        cells = []
+        for waves, cap in RAGGED_RULES:
+            s.num_kv_splits.copy_(ragged_splits(s.seq_lens, h, hkv, max_splits, waves, cap))
+            s.triton_call(0)()
+            check(f"ragged {label} w{waves}/{cap}", rel_err(s.o, ref))
+            t_ms, _ = time_layers([s.triton_call(i) for i in range(n_layers)])
+            picks = int(s.num_kv_splits.max())
+            cells.append(f"{t_ms * 1e3:7.1f} ({100 * floor_ms / t_ms:3.0f}%) {picks:>2}")
+        print(
+            f"{label:>18} {f'{h}/{hkv}':>8} {floor_ms * 1e3:7.1f} "
+            + " ".join(f"{c:>16}" for c in cells)
+        )
+        del s
+        torch.cuda.empty_cache()
+
+
 SWEEP_HEADS = (32, 8, 128)
 SWEEP_CTX = 4096
 SWEEP_BS = (1, 64, 256)
@@ -630,7 +709,9 @@ def main() -> int:
     )
     ap.add_argument("--max-kv-splits", type=int, default=16)
     ap.add_argument(
-        "--only", default="decode,extend,fused", help="comma list of decode,extend,fused"
+        "--only",
+        default="decode,extend,fused",
+        help="comma list of decode,extend,fused,ragged",
     )
     ap.add_argument(
         "--sweep", action="store_true", help="also sweep launch configs / split heuristic"
@@ -672,7 +753,12 @@ def main() -> int:
         f"{props.name}, {props.multi_processor_count} SMs, torch {torch.__version__}, triton {triton.__version__}"
     )
     t0 = time.time()
-    sections = {"decode": bench_decode, "extend": bench_extend, "fused": bench_fused}
+    sections = {
+        "decode": bench_decode,
+        "extend": bench_extend,
+        "fused": bench_fused,
+        "ragged": bench_ragged,
+    }
     for name in args.only.split(","):
         sections[name.strip()](args)
     if args.sweep:

@@ -19,6 +19,7 @@ import torch
 from sglang.srt.layers.logits_processor import LogitsProcessorOutput
 from sglang.srt.layers.sampler import SampleOutput
 from sglang.srt.managers.scheduler.loop_profiler import LoopProfiler
+from sglang.srt.managers.scheduler.step_trace import PassRecord, StepTrace
 
 
 class FutureMap:
@@ -139,6 +140,7 @@ class ForwardHandle:
 
     logits: Optional[LogitsProcessorOutput] = None
     future: Optional[concurrent.futures.Future] = None
+    trace: Optional[PassRecord] = None
 
 
 class BatchLauncher:
@@ -152,6 +154,7 @@ class BatchLauncher:
         self.future_map = future_map
         self.overlap = overlap
         self.device = model_runner.device
+        self.trace = StepTrace(self.device)
         self._pool = (
             concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="forward")
             if overlap and self.device == "cpu"
@@ -182,9 +185,10 @@ class BatchLauncher:
     def launch_forward(self, fb) -> "ForwardHandle":
         """Queue the forward pass alone; sampling follows with launch_sample (possibly after the host
         has processed earlier results, e.g. to build grammar masks from every accepted token)."""
+        rec = self.trace.new(fb)
         if self._pool is not None:
-            return ForwardHandle(future=self._pool.submit(self._forward, fb))
-        return ForwardHandle(logits=self._forward(fb))
+            return ForwardHandle(future=self._pool.submit(self._forward, fb, rec), trace=rec)
+        return ForwardHandle(logits=self._forward(fb, rec), trace=rec)
 
     def launch_sample(
         self,
@@ -194,7 +198,7 @@ class BatchLauncher:
         top_logprobs_nums: Optional[List[int]],
         future_indices: Optional[torch.Tensor],
     ) -> PendingResult:
-        args = (sampling_info, return_logprob, top_logprobs_nums, future_indices)
+        args = (sampling_info, return_logprob, top_logprobs_nums, future_indices, handle.trace)
         if self._pool is not None:
             # One worker thread: this runs after the forward it reads, whatever was queued between.
             fut = self._pool.submit(lambda: self._sample(handle.future.result(), *args))
@@ -211,14 +215,21 @@ class BatchLauncher:
             return PendingResult(wait, host.next_token_ids_device)
         return PendingResult(host.to_result, host.next_token_ids_device)
 
-    def _forward(self, fb) -> LogitsProcessorOutput:
+    def _forward(self, fb, rec: Optional[PassRecord] = None) -> LogitsProcessorOutput:
+        self.trace.mark(rec, "start")
         with torch.no_grad(), self.prof.phase("c.forward"):
             if self.future_map is not None:
                 fb.input_ids = self.future_map.resolve(fb.input_ids)
             return self.runner.forward(fb)
 
     def _sample(
-        self, logits_out, sampling_info, return_logprob, top_logprobs_nums, future_indices
+        self,
+        logits_out,
+        sampling_info,
+        return_logprob,
+        top_logprobs_nums,
+        future_indices,
+        rec: Optional[PassRecord] = None,
     ) -> HostCopies:
         p = self.prof
         with torch.no_grad():
@@ -231,7 +242,9 @@ class BatchLauncher:
                     future_indices.to(self.device, non_blocking=True), sample_out.next_token_ids
                 )
             with p.phase("c.host"):
-                return HostCopies.start(logits_out, sample_out, return_logprob)
+                copies = HostCopies.start(logits_out, sample_out, return_logprob)
+            self.trace.mark(rec, "end")
+            return copies
 
     def shutdown(self) -> None:
         if self._pool is not None:

@@ -544,6 +544,7 @@ class Scheduler:
         ):  # the warm-up request is done: later Triton compiles stall real requests
             jit_watch.mark_serving()
         self.loop_prof.report_if_busy()
+        self.launcher.trace.flush()
         self.invariants.check_idle()
         self.stats.on_idle()
 
@@ -573,6 +574,9 @@ class Scheduler:
         return True, "Cache flushed."
 
     def internal_state(self) -> dict:
+        # Asking for the state also writes the step trace's finished passes (a client reading the
+        # trace after its workload asks first, so the file is complete).
+        self.launcher.trace.flush()
         pools, state, stats = self.pools, self.state, self.stats
         return {
             "dp_rank": self.dp_rank,
