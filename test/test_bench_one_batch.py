@@ -80,11 +80,19 @@ def test_bench_offline_throughput_cpu(tmp_path, capsys) -> None:
         "--result-file",
         str(out),
     ]
-    on = bench_offline_throughput.main(args)
+    trace = tmp_path / "trace.jsonl"
+    on = bench_offline_throughput.main(args + ["--step-trace", str(trace)])
     off = bench_offline_throughput.main(args + ["--disable-overlap-schedule"])
     for res in (on, off):
         assert res["output_tokens"] == res["expected_output_tokens"] and res["output_tok_s"] > 0
     assert on["overlap"] and not off["overlap"]
+    # The step trace of the timed run: every output token but each request's first (sampled by its
+    # prefill) is one row of one decode pass; every pass ends after it starts.
+    groups = on["trace"]["groups"]
+    decoded = sum(g["tokens"] for g in groups if g["name"].startswith("decode"))
+    assert decoded == on["output_tokens"] - on["num_prompts"]
+    assert sum(g["passes"] for g in groups if g["name"] == "extend") >= 1
+    assert on["trace"]["busy_ms"] > 0 and on["trace"]["idle_ms"] >= 0
     assert on["floor"]["floor_s"] > 0 and on["floor"]["decode_steps"] >= 11
     gpu_summary.main(str(tmp_path))
     assert "overlap off" in capsys.readouterr().out
@@ -147,3 +155,36 @@ def test_offline_floor_counts_steps_kv_reads_and_prefill() -> None:
     assert f["prefill_s"] == (2 * 4 * 10 + 4 * (3 * 4 / 2 + 1)) / 10
     # Only one request at a time: the steps are the sum of the decode tokens.
     assert offline_floor(facts, [3, 1], [2, 4], 1, 100.0, 10.0)["decode_steps"] == 4
+
+
+def test_step_trace_report_floors_and_idle() -> None:
+    """Each pass against its own floor; gaps between passes are device idle time."""
+    from bench_one_batch import ModelFacts
+    from step_trace_report import summarize
+
+    facts = ModelFacts(
+        weight_bytes=1000,
+        layer_matmul_params=10,
+        lm_head_params=5,
+        num_layers=2,
+        num_heads=4,
+        head_dim=8,
+        kv_bytes_per_token=100,
+    )
+    rows = [
+        dict(
+            mode="extend", bs=2, tokens=30, kv_tokens=30, attn_pairs=200, start_ms=0.0, end_ms=4.0
+        ),
+        dict(mode="decode", bs=2, tokens=2, kv_tokens=32, attn_pairs=0, start_ms=5.0, end_ms=6.0),
+        dict(
+            mode="decode", bs=200, tokens=200, kv_tokens=9, attn_pairs=0, start_ms=6.0, end_ms=8.5
+        ),
+    ]
+    s = summarize(rows, facts, bw=1e6, flops=1e6)
+    assert (s.wall_ms, s.busy_ms, s.idle_ms, s.long_gaps) == (8.5, 7.5, 1.0, 0)
+    by = {g.name: g for g in s.groups}
+    # extend: (2*30*10 + 2*2*5 + 4*8*4*2*200) FLOPs = 51,820 at 1e6/s = 51.82 ms (> weights 1 ms)
+    assert abs(by["extend"].floor_ms - 51.82) < 1e-9
+    # decode: (1000 weight bytes + 32 * 100 KV bytes) at 1e6 B/s = 4.2 ms
+    assert abs(by["decode bs 2-8"].floor_ms - 4.2) < 1e-9
+    assert by["decode bs 129-256"].passes == 1 and by["decode bs 129-256"].tokens == 200

@@ -122,6 +122,31 @@ def test_greedy_argmax_cuda() -> None:
     assert kc.check_greedy(9, 32000, kind="special", device="cuda") == 0.0
 
 
+def test_sampler_kernels_one_variant_per_vocabulary() -> None:
+    """Prefill batches come in every size: after the first call, no batch size compiles another
+    variant of the greedy or race kernels (a compile mid-serving stalls every request)."""
+    from sglang.srt.layers.triton_ops.sampling import greedy_argmax, race_argmax
+    from sglang.srt.utils import jit_watch
+
+    if not jit_watch.install():
+        pytest.skip("this Triton has no JIT hooks")
+    vocab = 128256
+    hashes = torch.arange(64, device="cuda", dtype=torch.int64)
+
+    def run(bs: int) -> None:
+        x = torch.randn((bs, vocab), device="cuda")
+        greedy_argmax(x)
+        race_argmax(x.softmax(-1), hashes[:bs])
+
+    run(1)
+    torch.cuda.synchronize()
+    before = jit_watch.compile_counts()
+    for bs in (2, 3, 5, 7, 9, 13, 33, 64):
+        run(bs)
+    torch.cuda.synchronize()
+    assert jit_watch.compile_counts() == before
+
+
 def test_decode_cuda_graph_replay() -> None:
     """Capture once, then replay with new lengths, new slot tables and new split counts."""
     from sglang.srt.layers.attention.triton_ops.decode_attention import (

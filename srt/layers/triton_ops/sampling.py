@@ -37,15 +37,15 @@ def _first_max(vals, idxs, none_idx):
 
 
 @triton.jit
-def _store_split_best(
-    BestVal, BestIdx, r, s, lane_best, lane_idx, none_idx, NUM_SPLITS: tl.constexpr
-):
+def _store_split_best(BestVal, BestIdx, r, s, lane_best, lane_idx, none_idx, num_splits):
     top, first = _first_max(lane_best, lane_idx, none_idx)
-    tl.store(BestVal + r * NUM_SPLITS + s, top)
-    tl.store(BestIdx + r * NUM_SPLITS + s, first)
+    tl.store(BestVal + r * num_splits + s, top)
+    tl.store(BestIdx + r * num_splits + s, first)
 
 
-@triton.jit(do_not_specialize=["vocab", "span"])
+# The split count is a runtime argument, not a constexpr: it follows the batch size, and each new
+# value would compile a variant (a stall of ~0.2 s for the first prefill batch of an unseen size).
+@triton.jit(do_not_specialize=["vocab", "span", "num_splits"])
 def _race_kernel(
     Probs,
     RowHash,
@@ -54,7 +54,7 @@ def _race_kernel(
     stride_p,
     vocab,
     span,
-    NUM_SPLITS: tl.constexpr,
+    num_splits,
     BLOCK: tl.constexpr,
 ):
     r = tl.program_id(0)
@@ -76,7 +76,7 @@ def _race_kernel(
         better = score > lane_best  # strict: each lane keeps its first maximum
         lane_best = tl.where(better, score, lane_best)
         lane_idx = tl.where(better, cols, lane_idx)
-    _store_split_best(BestVal, BestIdx, r, s, lane_best, lane_idx, vocab, NUM_SPLITS)
+    _store_split_best(BestVal, BestIdx, r, s, lane_best, lane_idx, vocab, num_splits)
 
 
 # Most vocabulary blocks one program walks. Each block is a dependent load: a program with many of
@@ -130,7 +130,7 @@ def race_argmax(probs: torch.Tensor, row_hash: torch.Tensor, block: int = 1024) 
         probs.stride(0),
         vocab,
         span,
-        NUM_SPLITS=splits,
+        splits,
         BLOCK=block,
         num_warps=4 if probs.is_cuda else 1,
     )
@@ -140,7 +140,7 @@ def race_argmax(probs: torch.Tensor, row_hash: torch.Tensor, block: int = 1024) 
 
 
 # ------------------------------------------------------------------------------------------ greedy
-@triton.jit(do_not_specialize=["vocab", "span"])
+@triton.jit(do_not_specialize=["vocab", "span", "num_splits"])
 def _greedy_partial_kernel(
     Logits,
     BestVal,
@@ -148,7 +148,7 @@ def _greedy_partial_kernel(
     stride_l,
     vocab,
     span,
-    NUM_SPLITS: tl.constexpr,
+    num_splits,
     BLOCK: tl.constexpr,
     PDL: tl.constexpr,
 ):
@@ -169,20 +169,20 @@ def _greedy_partial_kernel(
         better = (x > lane_best) | ((x == lane_best) & (cols < lane_idx) & (cols < end))
         lane_best = tl.where(better, x, lane_best)
         lane_idx = tl.where(better, cols, lane_idx)
-    _store_split_best(BestVal, BestIdx, r, s, lane_best, lane_idx, 2147483647, NUM_SPLITS)
+    _store_split_best(BestVal, BestIdx, r, s, lane_best, lane_idx, 2147483647, num_splits)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_splits"])
 def _greedy_final_kernel(
-    BestVal, BestIdx, Ids, Dead, NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr
+    BestVal, BestIdx, Ids, Dead, num_splits, BLOCK_S: tl.constexpr, PDL: tl.constexpr
 ):
     """Merge the splits of one row: first index among the maxima; a row whose max is -inf is dead (id 0)."""
     r = tl.program_id(0)
     pdl_wait(PDL)
     offs = tl.arange(0, BLOCK_S)
-    m = offs < NUM_SPLITS
-    val = tl.load(BestVal + r * NUM_SPLITS + offs, mask=m, other=float("-inf"))
-    idx = tl.load(BestIdx + r * NUM_SPLITS + offs, mask=m, other=2147483647)
+    m = offs < num_splits
+    val = tl.load(BestVal + r * num_splits + offs, mask=m, other=float("-inf"))
+    idx = tl.load(BestIdx + r * num_splits + offs, mask=m, other=2147483647)
     top, first = _first_max(val, idx, 2147483647)
     dead = top == float("-inf")
     tl.store(Ids + r, tl.where(dead, 0, first).to(tl.int64))
@@ -208,7 +208,7 @@ def greedy_argmax(logits: torch.Tensor, block: int = 1024) -> Tuple[torch.Tensor
         logits.stride(0),
         vocab,
         span,
-        NUM_SPLITS=splits,
+        splits,
         BLOCK=block,
         num_warps=warps,
         **pdl_args(logits),
@@ -218,8 +218,9 @@ def greedy_argmax(logits: torch.Tensor, block: int = 1024) -> Tuple[torch.Tensor
         best_idx,
         ids,
         dead,
-        NUM_SPLITS=splits,
-        BLOCK_S=triton.next_power_of_2(splits),
+        splits,
+        # Sized by the vocabulary alone (the most splits it can have): one variant per model.
+        BLOCK_S=triton.next_power_of_2(triton.cdiv(vocab, block)),
         num_warps=1,
         **pdl_args(logits),
     )

@@ -37,7 +37,11 @@ class LoopProfiler:
             self.n[name] += k
 
     def report_if_busy(self) -> None:
-        if not self.enabled or not self.n:
+        """Print and reset, if a pass was launched since the last report (idle polling is not)."""
+        if not self.enabled:
+            return
+        if not self.n.get("launch"):
+            self.reset()  # the idle spell's polling is not part of the next busy one
             return
         wall = time.perf_counter() - self.start
         parts = ", ".join(f"{k} {v * 1e3:.0f} ms/{self.n[k]}" for k, v in sorted(self.t.items()))
