@@ -31,7 +31,7 @@ if [[ ${SMOKE:-0} == 1 ]]; then
 else
   CFG=llama3-8b; OFF=(--model-config qwen3-0.6b --num-prompts 256 --input-len-range 100 1024
     --output-len-range 100 1024); ONE=(--model-config llama3-8b --input-len 768); IN=512; OUTLEN=512
-  LEVELS="64 256"; EXTRA=()
+  LEVELS=${LEVELS:-"64 256"}; EXTRA=()
 fi
 { date -u; nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv,noheader 2>/dev/null; } | tee -a "$LOG"
 

@@ -127,6 +127,45 @@ def _fp8_sweep(name: str, n: int, k: int, block) -> tuple:
     )
 
 
+HALVES_CONFIGS = [
+    dict(BLOCK_N=bn, BLOCK_K=bk, GROUP=g, num_warps=w, PRESCALE=pre)
+    for bn, bk, g, w, pre in itertools.product(
+        (8, 16), (256, 512), (1, 2, 4), (4, 8), (True, False)
+    )
+]
+
+
+def main_halves(args) -> None:
+    """The experimental f16x2 FP8 GEMV (per channel) against the word GEMV, same weights."""
+    from sglang.srt.layers.quantization.fp8_gemv import fp8_gemv, fp8_gemv_halves
+    from sglang.srt.layers.quantization.fp8_math import dequantize
+
+    print(f"floor: fp8 weight bytes at {args.bw} TB/s; us per call (ratio to floor)")
+    print(
+        f"{'matrix':8} {'floor':>6} {'word GEMV':>16} {'halves best':>16} {'no prescale':>16}  config"
+    )
+    for name in args.shapes:
+        n, k = SHAPES[name]
+        ws = rotating_fp8_weights(n, k)
+        x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+        t_word, results = sweep_configs(
+            f"fp8 halves {name}",
+            lambda x, w, config: fp8_gemv_halves(x, w[0], w[1], config=config),
+            x,
+            ws,
+            HALVES_CONFIGS,
+            ref=x.float() @ dequantize(ws[0][0], ws[0][1], None, torch.float32).t(),
+            baseline=lambda w: fp8_gemv(x, w[0], w[1]),
+        )
+        floor = n * k / (args.bw * 1e12) * 1e6
+        t_best, cfg = results[0]
+        t_raw = min((t for t, c in results if not c["PRESCALE"]), default=float("nan"))
+        print(
+            f"{name:8} {floor:6.1f} {t_word:7.1f} ({t_word / floor:.2f}x) {t_best:7.1f} "
+            f"({t_best / floor:.2f}x) {t_raw:7.1f} ({t_raw / floor:.2f}x)  {cfg}"
+        )
+
+
 def main_fp8(args) -> None:
     """The one-row FP8 GEMV sweep; the floor is the fp8 weight bytes at --bw TB/s."""
     best, lines = {}, []
@@ -155,10 +194,15 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
     ap.add_argument("--fp8", action="store_true")
+    ap.add_argument(
+        "--halves", action="store_true", help="the experimental f16x2 FP8 GEMV vs the word GEMV"
+    )
     ap.add_argument("--bw", type=float, default=4.2, help="TB/s for the fp8 floor")
     # lm_head stays bf16 under --quantization fp8
     ap.add_argument("--shapes", nargs="+", default=["qkv", "o_proj", "gate_up", "down"])
     args = ap.parse_args(argv)
+    if args.halves:
+        return main_halves(args)
     if args.fp8:
         return main_fp8(args)
     best_cfgs, rows = {}, []

@@ -169,3 +169,83 @@ def fp8_gemv(
         **pdl_args(x),
     )
     return y
+
+
+# ------------------------------------------------------------------------------ half-precision math
+@triton.jit
+def _fp8_gemv_halves_kernel(
+    x_ptr,
+    w_ptr,  # [N, K] float8_e4m3fn
+    s_ptr,  # [N] per-channel scales
+    y_ptr,
+    N,
+    K,
+    swn,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP: tl.constexpr,  # K tiles summed in fp16 before each fp32 flush
+    PRESCALE: tl.constexpr,  # x / max|x| first, so fp16 products cannot overflow
+    PDL: tl.constexpr,
+):
+    """Experimental: e4m3 pairs widened to f16x2 by the hardware conversion, products and GROUP
+    partial sums in fp16 (packed math), flushed to fp32 per group. Per channel scales only."""
+    pid = tl.program_id(0)
+    rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    mn = rn < N
+    rows = tl.minimum(rn, N - 1).to(tl.int64)
+    rk = tl.arange(0, BLOCK_K)
+    w_rows = w_ptr + rows[:, None] * swn
+    w = tl.load(w_rows + rk[None, :], mask=(rk < K)[None, :], other=0.0)
+    pdl_wait(PDL)
+    amax = 1.0
+    if PRESCALE:
+        top = tl.zeros([BLOCK_K], dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            kk = k0 + rk
+            top = tl.maximum(
+                top, tl.abs(tl.load(x_ptr + kk, mask=kk < K, other=0.0).to(tl.float32))
+            )
+        amax = tl.maximum(tl.max(top, 0), 1e-30)
+    inv = 1.0 / amax
+    acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K * GROUP):
+        part = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float16)
+        for g in tl.static_range(GROUP):
+            kk = k0 + g * BLOCK_K + rk
+            cur = w
+            nk = kk + BLOCK_K  # the next tile is issued before this one's math
+            w = tl.load(w_rows + nk[None, :], mask=(nk < K)[None, :], other=0.0)
+            xh = (tl.load(x_ptr + kk, mask=kk < K, other=0.0).to(tl.float32) * inv).to(tl.float16)
+            part += cur.to(tl.float16) * xh[None, :]
+        acc += part.to(tl.float32)
+    y = tl.sum(acc, axis=1) * tl.load(s_ptr + rows) * amax
+    tl.store(y_ptr + rn, y.to(y_ptr.dtype.element_ty), mask=mn)
+
+
+HALVES_DEFAULT = {"BLOCK_N": 8, "BLOCK_K": 512, "GROUP": 2, "num_warps": 4, "PRESCALE": True}
+
+
+def fp8_gemv_halves(
+    x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, config: Optional[dict] = None
+) -> torch.Tensor:
+    """x [1, K], w [N, K] float8_e4m3fn, scale [N] -> [1, N] in x.dtype (experimental, per channel)."""
+    assert x.shape[0] == 1 and x.stride(-1) == 1 and w.stride(1) == 1 and scale.dim() == 1
+    cfg = dict(HALVES_DEFAULT, **(config or {}))
+    n, k = w.shape
+    y = torch.empty((1, n), dtype=x.dtype, device=x.device)
+    _fp8_gemv_halves_kernel[(triton.cdiv(n, cfg["BLOCK_N"]),)](
+        x,
+        w,
+        scale.contiguous(),
+        y,
+        n,
+        k,
+        w.stride(0),
+        BLOCK_N=cfg["BLOCK_N"],
+        BLOCK_K=cfg["BLOCK_K"],
+        GROUP=cfg["GROUP"],
+        PRESCALE=cfg["PRESCALE"],
+        num_warps=cfg["num_warps"],
+        **pdl_args(x),
+    )
+    return y
