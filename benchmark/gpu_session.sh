@@ -9,7 +9,7 @@ OUT=${OUT:-benchmark/out}
 mkdir -p "$OUT"
 source "$(dirname "$0")/gpu_env.sh"
 # Stages can be picked: STAGES="tests one_batch one_batch_fp8 offline kernels attn_sweep attn_splits gemv small_m
-# variants variants_m host_ab long_ctx fp8 fp8_tests fp8_gemv fp8_mm fp8_tri fp8_prof fp8_budget recipes hicache_tests hicache spec" (default: the first five).
+# variants variants_m host_ab long_ctx fp8 fp8_tests fp8_gemv fp8_halves fp8_one fp8_mm fp8_tri fp8_prof fp8_budget recipes hicache_tests hicache spec" (default: the first five).
 STAGES=${STAGES:-"tests one_batch one_batch_fp8 offline kernels"}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 # At most 8 files come back from $OUT: stages append to a few logs.
@@ -150,6 +150,25 @@ if has fp8_gemv; then
   stage fp8_gemv 240 python3 benchmark/kernels/bench_gemv.py --fp8 "${FG[@]}" --out "$OUT/fp8_gemv_configs.json"
 fi
 [[ -f "$OUT/fp8_gemv_configs.json" ]] && export SGLANG_FP8_GEMV_CONFIGS="$OUT/fp8_gemv_configs.json"
+if has fp8_halves; then
+  # The one-row f16x2 FP8 GEMV (per channel) swept per shape against the word GEMV; its best tiles
+  # go to fp8_halves_configs.json, which later stages bind.
+  FG=()
+  [[ ${SMOKE:-0} == 1 ]] && FG=(--shapes o_proj)
+  stage fp8_halves 240 python3 benchmark/kernels/bench_gemv.py --halves "${FG[@]}" --out "$OUT/fp8_halves_configs.json"
+fi
+[[ -f "$OUT/fp8_halves_configs.json" ]] && export SGLANG_FP8_HALVES_CONFIGS="$OUT/fp8_halves_configs.json"
+if has fp8_one; then
+  # Batch-1 decode with FP8 weights: the default one-row path (f16x2 GEMV), the word GEMV, and bf16,
+  # in one call (the bs-1 target of issue 24 is against the same call's floor).
+  F1=(--model-config llama3-8b --batch-size 1 --input-len 512 --output-len 32)
+  [[ ${SMOKE:-0} == 1 ]] && F1=(--model-config tiny-llama --batch-size 1 --input-len 32 --output-len 4 --max-total-tokens 8192)
+  stage one_batch 120 python3 benchmark/bench_one_batch.py "${F1[@]}" --quantization fp8 \
+    --result-file "$OUT/one_batch.jsonl" --tag fp8_halves
+  stage one_batch 120 env SGLANG_FP8_ONE_ROW=words python3 benchmark/bench_one_batch.py "${F1[@]}" \
+    --quantization fp8 --result-file "$OUT/one_batch.jsonl" --tag fp8_words
+  stage one_batch 120 python3 benchmark/bench_one_batch.py "${F1[@]}" --result-file "$OUT/one_batch.jsonl" --tag bf16
+fi
 if has fp8_mm; then
   # FP8 matmuls alone (issue 24): bf16 cuBLAS, _scaled_mm, the GEMV and the Triton FP8 x FP8 kernel
   # (per-channel, tile sweep; 128-block) at 1-256 rows; the tiles that beat the default path go to
@@ -159,8 +178,8 @@ if has fp8_mm; then
   stage fp8_mm 300 python3 benchmark/kernels/bench_fp8_matmul.py "${FMM[@]}" --out "$OUT/fp8_gemm_configs.json"
 fi
 if has fp8_tri; then
-  # Decode steps with FP8 weights: the default paths (word GEMV for one row, the Triton FP8 x FP8
-  # kernel for decode batches, _scaled_mm above), the previous default (conversion GEMV, _scaled_mm
+  # Decode steps with FP8 weights: the default paths (f16x2 GEMV for one row, the Triton FP8 x FP8
+  # kernel for decode batches, _scaled_mm above), an older default (conversion GEMV, _scaled_mm
   # from 2 rows), bf16 in the same call, and a block-scaled FP8 checkpoint (dummy, 128 x 128).
   FT=(--model-config llama3-8b --batch-size 1 8 64 256 --input-len 512 --output-len 32)
   [[ ${SMOKE:-0} == 1 ]] && FT=(--model-config tiny-llama --batch-size 1 8 --input-len 32 --output-len 4 --max-total-tokens 8192)

@@ -463,6 +463,27 @@ def check_fp8_word_gemv(
     return rel_err(y, ref + b if b is not None else ref)
 
 
+def check_fp8_halves_gemv(
+    n: int, k: int, *, bias: bool = False, config: Optional[dict] = None, seed: int = 0
+) -> float:
+    """The one-row f16x2 FP8 GEMV vs fp32 torch on the dequantized weight, with an activation
+    outlier (|x| = 900: unscaled, its fp16 products with e4m3's 448 would overflow) and tiny
+    weights (subnormal e4m3 bytes, which the hardware conversion widens exactly)."""
+    from sglang.srt.layers.quantization import fp8_math
+    from sglang.srt.layers.quantization.fp8_gemv import fp8_gemv_halves
+
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn((1, k), generator=gen)
+    x[0, k // 3] = 900.0
+    w = torch.randn((n, k), generator=gen)
+    w[:, : k // 5] *= 1e-4
+    b = torch.randn((n,), generator=gen) if bias else None
+    wq, ws = fp8_math.quantize(w, None)
+    ref = x @ fp8_math.dequantize(wq, ws, None, torch.float32).T
+    y = fp8_gemv_halves(x, wq, ws, b, config=config)
+    return rel_err(y, ref + b if b is not None else ref)
+
+
 def check_rotary(
     n: int,
     n_q: int,
@@ -886,6 +907,20 @@ def fused_cases(full: bool) -> List[tuple]:
             lambda s: check_fp8_word_gemv(
                 130, 384, block=(128, 128), bias=True, config=dict(BLOCK_N=16, BLOCK_W=64), seed=s
             ),
+        ),
+        (
+            "fp8 halves gemv N37 K300 (row and K tails, outlier, bias)",
+            lambda s: check_fp8_halves_gemv(
+                37, 300, bias=True, config=dict(BLOCK_N=8, BLOCK_K=32, GROUP=2, num_warps=1), seed=s
+            ),
+            1e-3,
+        ),
+        (
+            "fp8 halves gemv N16 K512 (one group)",
+            lambda s: check_fp8_halves_gemv(
+                16, 512, config=dict(BLOCK_N=16, BLOCK_K=128, GROUP=4, num_warps=1), seed=s
+            ),
+            1e-3,
         ),
         ("decode prologue bs1", lambda s: check_decode_prologue(1, seed=s)),
         (

@@ -325,6 +325,17 @@ def main(argv: Optional[list] = None) -> int:
                 cfg["num_warps"],
                 cfg.get("num_stages", 3),
             )
+        # The one-row f16x2 GEMV (per channel), with and without bias.
+        for has_bias in (False, True):
+            ok &= compile_kernel(
+                f"fp8 halves gemv {dt} bias={has_bias}",
+                fp8_gemv._fp8_gemv_halves_kernel,
+                {**p("x_ptr", "b_ptr", "y_ptr"), "w_ptr": "*fp8e4nv", "s_ptr": "*fp32"},
+                dict(BLOCK_N=16, BLOCK_K=512, GROUP=2, PRESCALE=True, HAS_BIAS=has_bias),
+                4,
+                3,
+                divisible=("K", "swn"),
+            )
         # The one-row word GEMV: per-channel and 128 x 128 block scales.
         for blockwise, bw in ((False, 128), (True, 32)):
             ok &= compile_kernel(

@@ -36,6 +36,28 @@ def test_fp8_gemv_matches_dequantized_reference(n, k, block):
     assert _rel(out, ref) < 1e-2
 
 
+@pytest.mark.parametrize("n,k", [(6144, 4096), (4096, 14336), (28672, 4096), (1000, 320)])
+def test_fp8_halves_gemv_matches_dequantized_reference(n, k):
+    """The f16x2 GEMV: fp16 products of x / max|x| (an outlier of 900 must not overflow), fp32
+    output within fp16 rounding; bf16 in and out within bf16 rounding."""
+    from sglang.srt.layers.quantization.fp8_gemv import fp8_gemv_halves
+    from sglang.srt.layers.quantization.fp8_math import dequantize, quantize
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    w = torch.randn(n, k, device="cuda", generator=g) * 0.02
+    w[:, : k // 5] *= 1e-4
+    q, s = quantize(w)
+    x = torch.randn(1, k, device="cuda", generator=g)
+    x[0, k // 3] = 900.0
+    bias = torch.randn(n, device="cuda", generator=g)
+    ref = x @ dequantize(q, s).t() + bias
+    assert _rel(fp8_gemv_halves(x, q, s, bias), ref) < 1e-3
+    xb = x.to(torch.bfloat16)
+    out = fp8_gemv_halves(xb, q, s, bias.to(torch.bfloat16))
+    assert out.dtype == torch.bfloat16
+    assert _rel(out, xb.float() @ dequantize(q, s).t() + bias) < 1e-2
+
+
 @pytest.mark.parametrize("n,k", [(6144, 4096), (4096, 14336), (1000, 320)])
 @pytest.mark.parametrize("block", [None, (128, 128)])
 def test_fp8_word_gemv_matches_dequantized_reference(n, k, block):

@@ -177,6 +177,7 @@ def _fp8_gemv_halves_kernel(
     x_ptr,
     w_ptr,  # [N, K] float8_e4m3fn
     s_ptr,  # [N] per-channel scales
+    b_ptr,
     y_ptr,
     N,
     K,
@@ -184,11 +185,10 @@ def _fp8_gemv_halves_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     GROUP: tl.constexpr,  # K tiles summed in fp16 before each fp32 flush
-    PRESCALE: tl.constexpr,  # x / max|x| first, so fp16 products cannot overflow
+    PRESCALE: tl.constexpr,  # False only to time the prescale pass (products may overflow)
+    HAS_BIAS: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    """Experimental: e4m3 pairs widened to f16x2 by the hardware conversion, products and GROUP
-    partial sums in fp16 (packed math), flushed to fp32 per group. Per channel scales only."""
     pid = tl.program_id(0)
     rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     mn = rn < N
@@ -196,15 +196,14 @@ def _fp8_gemv_halves_kernel(
     rk = tl.arange(0, BLOCK_K)
     w_rows = w_ptr + rows[:, None] * swn
     w = tl.load(w_rows + rk[None, :], mask=(rk < K)[None, :], other=0.0)
-    pdl_wait(PDL)
+    pdl_wait(PDL)  # weights never depend on the kernel before; x does
     amax = 1.0
-    if PRESCALE:
+    if PRESCALE:  # x / max|x| is in [-1, 1], so a product is at most 448 and GROUP sums fit fp16
         top = tl.zeros([BLOCK_K], dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             kk = k0 + rk
-            top = tl.maximum(
-                top, tl.abs(tl.load(x_ptr + kk, mask=kk < K, other=0.0).to(tl.float32))
-            )
+            xa = tl.abs(tl.load(x_ptr + kk, mask=kk < K, other=0.0).to(tl.float32))
+            top = tl.maximum(top, xa)
         amax = tl.maximum(tl.max(top, 0), 1e-30)
     inv = 1.0 / amax
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
@@ -218,25 +217,50 @@ def _fp8_gemv_halves_kernel(
             xh = (tl.load(x_ptr + kk, mask=kk < K, other=0.0).to(tl.float32) * inv).to(tl.float16)
             part += cur.to(tl.float16) * xh[None, :]
         acc += part.to(tl.float32)
-    y = tl.sum(acc, axis=1) * tl.load(s_ptr + rows) * amax
+    y = tl.sum(acc, axis=1) * (tl.load(s_ptr + rows) * amax)
+    if HAS_BIAS:
+        y += tl.load(b_ptr + rn, mask=mn, other=0.0).to(tl.float32)
     tl.store(y_ptr + rn, y.to(y_ptr.dtype.element_ty), mask=mn)
 
 
-HALVES_DEFAULT = {"BLOCK_N": 8, "BLOCK_K": 512, "GROUP": 2, "num_warps": 4, "PRESCALE": True}
+HALVES_DEFAULT = {"BLOCK_N": 8, "BLOCK_K": 512, "GROUP": 2, "num_warps": 4}
+# (N, K) -> (BLOCK_N, BLOCK_K, GROUP, num_warps): the best tile of `bench_gemv.py --halves`.
+# fmt: off
+_HALVES_TUNED: Dict[Tuple[int, int], Tuple[int, int, int, int]] = {
+    (6144, 4096): (16, 512, 2, 4),
+    (4096, 4096): (8, 512, 4, 8),
+    (28672, 4096): (16, 256, 2, 4),
+    (4096, 14336): (8, 512, 4, 8),
+}
+# fmt: on
+HALVES_CONFIGS: Dict[Tuple[int, ...], dict] = {
+    k: dict(zip(("BLOCK_N", "BLOCK_K", "GROUP", "num_warps"), v)) for k, v in _HALVES_TUNED.items()
+}
+load_config_override("SGLANG_FP8_HALVES_CONFIGS", HALVES_CONFIGS)
 
 
 def fp8_gemv_halves(
-    x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, config: Optional[dict] = None
+    x: torch.Tensor,
+    w: torch.Tensor,
+    scale: torch.Tensor,
+    bias: Optional[torch.Tensor] = None,
+    config: Optional[dict] = None,
 ) -> torch.Tensor:
-    """x [1, K], w [N, K] float8_e4m3fn, scale [N] -> [1, N] in x.dtype (experimental, per channel)."""
+    """x [1, K], w [N, K] float8_e4m3fn, scale [N] (per channel) -> [1, N] in x.dtype.
+
+    The e4m3 pairs are widened to f16x2 by the hardware conversion, the products and GROUP
+    partial sums per lane are packed fp16 math, flushed to fp32 once per group; x is divided by
+    its max |x| first (and the sums multiplied back), so no fp16 product can overflow. Rounding:
+    x to fp16 (2^-11 relative) and up to GROUP fp16 additions, far inside e4m3's own 2^-4."""
     assert x.shape[0] == 1 and x.stride(-1) == 1 and w.stride(1) == 1 and scale.dim() == 1
-    cfg = dict(HALVES_DEFAULT, **(config or {}))
     n, k = w.shape
+    cfg = dict(HALVES_CONFIGS.get((n, k), HALVES_DEFAULT), **(config or {}))
     y = torch.empty((1, n), dtype=x.dtype, device=x.device)
     _fp8_gemv_halves_kernel[(triton.cdiv(n, cfg["BLOCK_N"]),)](
         x,
         w,
         scale.contiguous(),
+        bias if bias is not None else y,
         y,
         n,
         k,
@@ -244,7 +268,8 @@ def fp8_gemv_halves(
         BLOCK_N=cfg["BLOCK_N"],
         BLOCK_K=cfg["BLOCK_K"],
         GROUP=cfg["GROUP"],
-        PRESCALE=cfg["PRESCALE"],
+        PRESCALE=cfg.get("PRESCALE", True),
+        HAS_BIAS=bias is not None,
         num_warps=cfg["num_warps"],
         **pdl_args(x),
     )
