@@ -159,12 +159,12 @@ if has fp8_halves; then
 fi
 [[ -f "$OUT/fp8_halves_configs.json" ]] && export SGLANG_FP8_HALVES_CONFIGS="$OUT/fp8_halves_configs.json"
 if has fp8_one; then
-  # Batch-1 decode with FP8 weights: the default one-row path (f16x2 GEMV), the word GEMV, and bf16,
-  # in one call (the bs-1 target of issue 24 is against the same call's floor).
+  # Batch-1 decode with FP8 weights: the f16x2 GEMV, the word GEMV (the default), and bf16, in one
+  # call (the bs-1 target of issue 24 is against the same call's floor).
   F1=(--model-config llama3-8b --batch-size 1 --input-len 512 --output-len 32)
   [[ ${SMOKE:-0} == 1 ]] && F1=(--model-config tiny-llama --batch-size 1 --input-len 32 --output-len 4 --max-total-tokens 8192)
-  stage one_batch 120 python3 benchmark/bench_one_batch.py "${F1[@]}" --quantization fp8 \
-    --result-file "$OUT/one_batch.jsonl" --tag fp8_halves
+  stage one_batch 120 env SGLANG_FP8_ONE_ROW=halves python3 benchmark/bench_one_batch.py "${F1[@]}" \
+    --quantization fp8 --result-file "$OUT/one_batch.jsonl" --tag fp8_halves
   stage one_batch 120 env SGLANG_FP8_ONE_ROW=words python3 benchmark/bench_one_batch.py "${F1[@]}" \
     --quantization fp8 --result-file "$OUT/one_batch.jsonl" --tag fp8_words
   stage one_batch 120 python3 benchmark/bench_one_batch.py "${F1[@]}" --result-file "$OUT/one_batch.jsonl" --tag bf16
@@ -178,7 +178,7 @@ if has fp8_mm; then
   stage fp8_mm 300 python3 benchmark/kernels/bench_fp8_matmul.py "${FMM[@]}" --out "$OUT/fp8_gemm_configs.json"
 fi
 if has fp8_tri; then
-  # Decode steps with FP8 weights: the default paths (f16x2 GEMV for one row, the Triton FP8 x FP8
+  # Decode steps with FP8 weights: the default paths (word GEMV for one row, the Triton FP8 x FP8
   # kernel for decode batches, _scaled_mm above), an older default (conversion GEMV, _scaled_mm
   # from 2 rows), bf16 in the same call, and a block-scaled FP8 checkpoint (dummy, 128 x 128).
   FT=(--model-config llama3-8b --batch-size 1 8 64 256 --input-len 512 --output-len 32)

@@ -1,9 +1,10 @@
 """FP8 matmuls on a CUDA device.
 
-- One row (batch-1 decode), per-channel weights: the f16x2 GEMV (fp8_gemv.fp8_gemv_halves)
-  widens e4m3 pairs with the hardware conversion and multiplies in packed fp16; block-scaled
-  weights: the word GEMV (fp8_gemv.py), which widens four bytes at a time with integer ops and
-  applies the block scales in registers. Either way the step streams half the bytes of bf16.
+- One row (batch-1 decode): the word GEMV (fp8_gemv.py) reads the fp8 weight four bytes at a time
+  and widens it with integer ops, its scales applied in registers, so the step streams half the
+  bytes of bf16. The f16x2 GEMV (fp8_gemv.fp8_gemv_halves: hardware e4m3x2 conversion, packed
+  fp16 math; per-channel weights) is 11-15% faster alone on the H200 but not yet checked inside
+  the model there, so it is opt-in (SGLANG_FP8_ONE_ROW=halves).
 - 2-64 rows (decode batches), and up to 256 where a tile was tuned for the shape: the Triton
   FP8 x FP8 kernel (fp8_gemm.py) with the activations quantized per token (one kernel:
   fp8_kernels.py); its narrow tiles keep every SM streaming weights.
@@ -15,9 +16,9 @@
 - A device without FP8 tensor cores (before sm_89): the weight is dequantized for the call.
   Correct, not fast; logged once.
 
-A/B switches (read once per process): SGLANG_FP8_ONE_ROW=halves|words|gemv|scaled_mm|triton picks
-the one-row path (words: the word GEMV for per-channel weights too; gemv: the conversion-based GEMV
-of triton_ops/gemv.py); SGLANG_FP8_TRITON_MAX_M=N
+A/B switches (read once per process): SGLANG_FP8_ONE_ROW=words|halves|gemv|scaled_mm|triton picks
+the one-row path (halves: the f16x2 GEMV for per-channel weights, the word GEMV for block scales;
+gemv: the conversion-based GEMV of triton_ops/gemv.py); SGLANG_FP8_TRITON_MAX_M=N
 sends every per-channel product of 2..N rows to the Triton kernel (0: none), instead of the
 default rule above.
 """
@@ -50,7 +51,7 @@ _TUNED_ROWS = 256  # up to here a tuned tile does
 class Fp8Matmul:
     def __init__(self, native: bool):
         self.native = native
-        self.one_row = os.environ.get("SGLANG_FP8_ONE_ROW", "halves")
+        self.one_row = os.environ.get("SGLANG_FP8_ONE_ROW", "words")
         forced = os.environ.get("SGLANG_FP8_TRITON_MAX_M")
         self.triton_max_m = None if forced is None else int(forced)
         # SGLANG_FP8_SMALL_M=1: 1-64 rows on the small-M kernel with fp8 weights widened to bf16
