@@ -1,0 +1,282 @@
+"""EAGLE and EAGLE-3 draft heads: their published checkpoint layouts and one draft step.
+
+A draft head is one decoder layer that reads the target's hidden states as well as tokens:
+
+- EAGLE (EAGLE-1 / EAGLE-2 checkpoints, `layers.0.*`): the feature is the target's last hidden
+  state (after its final norm). `fc` [H, 2H] (+ bias) maps concat(embed(token), feature) to H;
+  the layer has no input norm; its output is the next step's feature and goes straight to the
+  target's LM head.
+- EAGLE-3 (`midlayer.*`): the first feature is `fc` [H, 3H] over three of the target's layer
+  outputs (config `eagle_config.eagle_aux_hidden_state_layer_ids`, default low / middle / high).
+  The layer's attention reads concat(input_norm(embed(token)), hidden_norm(feature)), so q / k / v
+  are [*, 2H]; the residual is the feature. Logits come from the head's own `norm` and `lm_head`
+  over a reduced draft vocabulary, mapped to target ids by `d2t` (target = draft + d2t[draft]).
+
+The embedding (and EAGLE-1's LM head) are the target's unless the checkpoint has its own. This
+module is the reference-grade step (contiguous per-request KV, torch ops): it is what the loader is
+checked against; it is not yet wired into the verify loop (`--speculative-algorithm EAGLE` is
+refused at startup until it is).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from sglang.srt.layers.rotary_embedding import RotaryEmbedding
+
+EAGLE, EAGLE3 = "EAGLE", "EAGLE3"
+
+
+@dataclass
+class EagleHeadConfig:
+    variant: str
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    eps: float
+    rope_theta: float
+    rope_scaling: Optional[dict]
+    max_position: int
+    vocab: int  # the target's
+    draft_vocab: int
+    fc_bias: bool
+    aux_layers: List[int] = field(default_factory=list)  # EAGLE-3: target layer outputs fed to fc
+
+    @classmethod
+    def from_dir(
+        cls, path: str, target_layers: int, state: Dict[str, torch.Tensor]
+    ) -> "EagleHeadConfig":
+        with open(os.path.join(path, "config.json")) as f:
+            d = json.load(f)
+        variant = EAGLE3 if any(k.startswith("midlayer.") for k in state) else EAGLE
+        hidden, heads = d["hidden_size"], d["num_attention_heads"]
+        aux = (d.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+        if variant == EAGLE3 and aux is None:
+            aux = [1, target_layers // 2 - 1, target_layers - 4]
+        return cls(
+            variant=variant,
+            hidden=hidden,
+            heads=heads,
+            kv_heads=d.get("num_key_value_heads", heads),
+            head_dim=d.get("head_dim") or hidden // heads,
+            intermediate=d["intermediate_size"],
+            eps=d.get("rms_norm_eps", 1e-6),
+            rope_theta=float(d.get("rope_theta", 10000.0)),
+            rope_scaling=d.get("rope_scaling"),
+            max_position=d.get("max_position_embeddings", 8192),
+            vocab=d["vocab_size"],
+            draft_vocab=d.get("draft_vocab_size") or d["vocab_size"],
+            fc_bias="fc.bias" in state,
+            aux_layers=list(aux or []),
+        )
+
+
+def read_state(path: str) -> Dict[str, torch.Tensor]:
+    """Every tensor of a draft-head folder (safetensors, else pytorch_model.bin)."""
+    files = sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
+    if files:
+        from safetensors.torch import load_file
+
+        out: Dict[str, torch.Tensor] = {}
+        for f in files:
+            out.update(load_file(os.path.join(path, f)))
+        return out
+    bin_path = os.path.join(path, "pytorch_model.bin")
+    if os.path.exists(bin_path):
+        return torch.load(bin_path, map_location="cpu", weights_only=True)
+    raise FileNotFoundError(f"{path}: no *.safetensors or pytorch_model.bin")
+
+
+def _layer_names(prefix: str, eagle3: bool) -> List[str]:
+    names = [f"{prefix}.self_attn.{p}_proj.weight" for p in "qkvo"]
+    names += [f"{prefix}.mlp.{p}_proj.weight" for p in ("gate", "up", "down")]
+    names.append(f"{prefix}.post_attention_layernorm.weight")
+    if eagle3:
+        names += [f"{prefix}.input_layernorm.weight", f"{prefix}.hidden_norm.weight"]
+    return names
+
+
+def _expected_shapes(c: EagleHeadConfig) -> Dict[str, Tuple[int, ...]]:
+    eagle3 = c.variant == EAGLE3
+    p = "midlayer" if eagle3 else "layers.0"
+    attn_in = 2 * c.hidden if eagle3 else c.hidden
+    q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
+    shapes = {
+        f"{p}.self_attn.q_proj.weight": (q, attn_in),
+        f"{p}.self_attn.k_proj.weight": (kv, attn_in),
+        f"{p}.self_attn.v_proj.weight": (kv, attn_in),
+        f"{p}.self_attn.o_proj.weight": (c.hidden, q),
+        f"{p}.mlp.gate_proj.weight": (c.intermediate, c.hidden),
+        f"{p}.mlp.up_proj.weight": (c.intermediate, c.hidden),
+        f"{p}.mlp.down_proj.weight": (c.hidden, c.intermediate),
+        f"{p}.post_attention_layernorm.weight": (c.hidden,),
+        "fc.weight": (c.hidden, (3 if eagle3 else 2) * c.hidden),
+    }
+    if eagle3:
+        shapes[f"{p}.input_layernorm.weight"] = (c.hidden,)
+        shapes[f"{p}.hidden_norm.weight"] = (c.hidden,)
+        shapes["norm.weight"] = (c.hidden,)
+        shapes["lm_head.weight"] = (c.draft_vocab, c.hidden)
+        if c.draft_vocab != c.vocab:
+            shapes["d2t"] = (c.draft_vocab,)
+    if c.fc_bias:
+        shapes["fc.bias"] = (c.hidden,)
+    return shapes
+
+
+def check_state(c: EagleHeadConfig, state: Dict[str, torch.Tensor]) -> None:
+    """Every tensor the layout needs, at its shape; a clear message naming the first that is not."""
+    for name, shape in _expected_shapes(c).items():
+        if name not in state:
+            raise ValueError(f"{c.variant} draft head: missing tensor {name!r}")
+        if tuple(state[name].shape) != shape:
+            raise ValueError(
+                f"{c.variant} draft head: {name} has shape {tuple(state[name].shape)}, "
+                f"expected {shape} from its config"
+            )
+
+
+def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w
+
+
+@dataclass
+class EagleKV:
+    """One request's draft-layer K / V so far ([t, kv_heads, head_dim] each)."""
+
+    k: Optional[torch.Tensor] = None
+    v: Optional[torch.Tensor] = None
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        self.k = k if self.k is None else torch.cat([self.k, k])
+        self.v = v if self.v is None else torch.cat([self.v, v])
+        return self.k, self.v
+
+
+class EagleHead(nn.Module):
+    def __init__(
+        self,
+        c: EagleHeadConfig,
+        state: Dict[str, torch.Tensor],
+        target_embed: torch.Tensor,
+        target_lm_head: Optional[torch.Tensor] = None,
+    ):
+        super().__init__()
+        check_state(c, state)
+        self.c = c
+        p = "midlayer." if c.variant == EAGLE3 else "layers.0."
+        self.w = {k[len(p) :]: v for k, v in state.items() if k.startswith(p)}
+        self.fc_w, self.fc_b = state["fc.weight"], state.get("fc.bias")
+        self.embed = state.get("embed_tokens.weight", target_embed)
+        if c.variant == EAGLE3:
+            self.norm, self.lm_head = state["norm.weight"], state["lm_head.weight"]
+            d2t = state.get("d2t")
+            self.draft_to_target = (
+                torch.arange(c.draft_vocab, dtype=torch.int64) + d2t.to(torch.int64)
+                if d2t is not None
+                else None
+            )
+        else:
+            self.norm = None
+            self.lm_head = state.get("lm_head.weight", target_lm_head)
+            self.draft_to_target = None
+        if self.lm_head is None:
+            raise ValueError(
+                "EAGLE draft head: no lm_head in the checkpoint and none from the target"
+            )
+        self.rope = RotaryEmbedding(c.head_dim, c.max_position, c.rope_theta, c.rope_scaling)
+
+    def first_feature(self, target_hidden: List[torch.Tensor]) -> torch.Tensor:
+        """The feature of a position from the target: its last hidden state (EAGLE), or fc over
+        its aux layers' outputs (EAGLE-3: one tensor per entry of aux_layers)."""
+        if self.c.variant == EAGLE:
+            (h,) = target_hidden
+            return h
+        return F.linear(torch.cat(target_hidden, dim=-1), self.fc_w, self.fc_b)
+
+    def step(
+        self, tokens: torch.Tensor, feature: torch.Tensor, positions: torch.Tensor, kv: EagleKV
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """One request's next positions: tokens [T], feature [T, H] (each position's token is the
+        one that follows its feature's position), positions [T] -> (next features [T, H], logits
+        over the target vocabulary [T, vocab]; tokens outside a draft vocabulary get -inf)."""
+        c, w = self.c, self.w
+        emb = F.embedding(tokens, self.embed)
+        if c.variant == EAGLE:
+            x = F.linear(torch.cat([emb, feature], dim=-1), self.fc_w, self.fc_b)
+            residual, attn_in = x, x
+        else:
+            residual = feature
+            attn_in = torch.cat(
+                [
+                    _rms(emb, w["input_layernorm.weight"], c.eps),
+                    _rms(feature, w["hidden_norm.weight"], c.eps),
+                ],
+                dim=-1,
+            )
+        h = residual + self._attention(attn_in, positions, kv)
+        h = h + self._mlp(_rms(h, w["post_attention_layernorm.weight"], c.eps))
+        return h, self._logits(h)
+
+    def _attention(self, x: torch.Tensor, positions: torch.Tensor, kv: EagleKV) -> torch.Tensor:
+        c, w = self.c, self.w
+        t = x.shape[0]
+        q = F.linear(x, w["self_attn.q_proj.weight"])
+        k = F.linear(x, w["self_attn.k_proj.weight"])
+        v = F.linear(x, w["self_attn.v_proj.weight"])
+        q, k = self.rope(positions, q, k)
+        q = q.view(t, c.heads, c.head_dim)
+        keys, vals = kv.append(k.view(t, c.kv_heads, c.head_dim), v.view(t, c.kv_heads, c.head_dim))
+        n = keys.shape[0]
+        # Causal within the new positions; every cached position is earlier than all of them.
+        mask = torch.ones((t, n), dtype=torch.bool, device=x.device).tril(n - t)
+        out = F.scaled_dot_product_attention(
+            q.transpose(0, 1),
+            keys.transpose(0, 1),
+            vals.transpose(0, 1),
+            attn_mask=mask,
+            scale=1.0 / math.sqrt(c.head_dim),
+            enable_gqa=c.heads != c.kv_heads,
+        )
+        return F.linear(out.transpose(0, 1).reshape(t, -1), w["self_attn.o_proj.weight"])
+
+    def _mlp(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.w
+        g, u = F.linear(x, w["mlp.gate_proj.weight"]), F.linear(x, w["mlp.up_proj.weight"])
+        return F.linear(F.silu(g) * u, w["mlp.down_proj.weight"])
+
+    def _logits(self, h: torch.Tensor) -> torch.Tensor:
+        if self.norm is None:
+            return F.linear(h, self.lm_head).float()
+        draft = F.linear(_rms(h, self.norm, self.c.eps), self.lm_head).float()
+        if self.draft_to_target is None:
+            return draft
+        out = torch.full((h.shape[0], self.c.vocab), float("-inf"), device=h.device)
+        out[:, self.draft_to_target.to(h.device)] = draft
+        return out
+
+
+def load_eagle_head(
+    path: str,
+    target_layers: int,
+    target_embed: torch.Tensor,
+    target_lm_head: Optional[torch.Tensor] = None,
+    dtype: Optional[torch.dtype] = None,
+) -> EagleHead:
+    """A draft-head folder (config.json + weights) -> EagleHead, its layout checked first."""
+    state = read_state(path)
+    if dtype is not None:
+        state = {k: (v.to(dtype) if v.is_floating_point() else v) for k, v in state.items()}
+    cfg = EagleHeadConfig.from_dir(path, target_layers, state)
+    return EagleHead(cfg, state, target_embed, target_lm_head)

@@ -1,0 +1,227 @@
+"""EAGLE / EAGLE-3 draft heads from random checkpoints in the published layouts.
+
+EAGLE's layer is a Llama decoder layer without its input norm, so HF transformers'
+LlamaDecoderLayer is the reference; EAGLE-3's layer (2H-wide attention input, the feature as
+residual, its own norm and reduced vocabulary) is checked against a reference written here from
+the layout, and both are checked for causal consistency (one position at a time with the cache ==
+all positions at once)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from sglang.srt.speculative.eagle_head import EAGLE, EAGLE3, EagleKV, load_eagle_head
+
+H, HEADS, KV, D, INTER, VOCAB, LAYERS = 64, 4, 2, 16, 96, 300, 8
+DRAFT_VOCAB = 120
+
+
+def _config(**extra) -> dict:
+    return dict(
+        architectures=["LlamaForCausalLM"],
+        hidden_size=H,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV,
+        head_dim=D,
+        intermediate_size=INTER,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        max_position_embeddings=512,
+        vocab_size=VOCAB,
+        **extra,
+    )
+
+
+def _layer(prefix: str, attn_in: int, g: torch.Generator, eagle3: bool) -> dict:
+    r = lambda *s: torch.randn(*s, generator=g) * 0.1
+    w = {
+        f"{prefix}.self_attn.q_proj.weight": r(HEADS * D, attn_in),
+        f"{prefix}.self_attn.k_proj.weight": r(KV * D, attn_in),
+        f"{prefix}.self_attn.v_proj.weight": r(KV * D, attn_in),
+        f"{prefix}.self_attn.o_proj.weight": r(H, HEADS * D),
+        f"{prefix}.mlp.gate_proj.weight": r(INTER, H),
+        f"{prefix}.mlp.up_proj.weight": r(INTER, H),
+        f"{prefix}.mlp.down_proj.weight": r(H, INTER),
+        f"{prefix}.post_attention_layernorm.weight": 1 + r(H),
+    }
+    if eagle3:
+        w[f"{prefix}.input_layernorm.weight"] = 1 + r(H)
+        w[f"{prefix}.hidden_norm.weight"] = 1 + r(H)
+    return w
+
+
+def _write_eagle(path, g) -> dict:
+    state = _layer("layers.0", H, g, eagle3=False)
+    state["fc.weight"] = torch.randn(H, 2 * H, generator=g) * 0.1
+    state["fc.bias"] = torch.randn(H, generator=g) * 0.1
+    save_file(state, str(path / "model.safetensors"))
+    (path / "config.json").write_text(json.dumps(_config()))
+    return state
+
+
+def _write_eagle3(path, g, draft_vocab: int = DRAFT_VOCAB) -> dict:
+    state = _layer("midlayer", 2 * H, g, eagle3=True)
+    state["fc.weight"] = torch.randn(H, 3 * H, generator=g) * 0.1
+    state["norm.weight"] = 1 + torch.randn(H, generator=g) * 0.1
+    state["lm_head.weight"] = torch.randn(draft_vocab, H, generator=g) * 0.1
+    keep = torch.sort(torch.randperm(VOCAB, generator=g)[:draft_vocab]).values
+    state["d2t"] = keep - torch.arange(draft_vocab)  # target id = draft id + d2t[draft id]
+    t2d = torch.zeros(VOCAB, dtype=torch.bool)
+    t2d[keep] = True
+    state["t2d"] = t2d
+    save_file(state, str(path / "model.safetensors"))
+    cfg = _config(
+        draft_vocab_size=draft_vocab, eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 3, 5]}
+    )
+    (path / "config.json").write_text(json.dumps(cfg))
+    return state
+
+
+def _hf_layer(state: dict, prefix: str):
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+
+    cfg = LlamaConfig(**_config())
+    cfg._attn_implementation = "sdpa"
+    layer = LlamaDecoderLayer(cfg, layer_idx=0)
+    missing, unexpected = layer.load_state_dict(
+        {k[len(prefix) + 1 :]: v for k, v in state.items() if k.startswith(prefix)}, strict=False
+    )
+    assert missing == ["input_layernorm.weight"] and not unexpected
+    layer.input_layernorm = torch.nn.Identity()  # EAGLE's first layer has none
+    return layer.eval(), LlamaRotaryEmbedding(cfg)
+
+
+def test_eagle_head_matches_hf_llama_layer(tmp_path) -> None:
+    g = torch.Generator().manual_seed(0)
+    state = _write_eagle(tmp_path, g)
+    embed, lm_head = torch.randn(VOCAB, H, generator=g), torch.randn(VOCAB, H, generator=g)
+    head = load_eagle_head(str(tmp_path), LAYERS, embed, lm_head)
+    assert head.c.variant == EAGLE and head.c.fc_bias
+    t = 7
+    tokens = torch.randint(0, VOCAB, (t,), generator=g)
+    feature = torch.randn(t, H, generator=g)
+    pos = torch.arange(t)
+    with torch.no_grad():
+        hidden, logits = head.step(tokens, feature, pos, EagleKV())
+        layer, rope = _hf_layer(state, "layers.0")
+        x = torch.cat([embed[tokens], feature], -1) @ state["fc.weight"].T + state["fc.bias"]
+        ref = layer(x[None], position_embeddings=rope(x[None], pos[None]), position_ids=pos[None])
+        ref = ref[0] if isinstance(ref, tuple) else ref
+    assert torch.allclose(hidden, ref[0], atol=1e-5, rtol=1e-4)
+    assert torch.allclose(logits, hidden @ lm_head.T, atol=1e-5)
+
+
+def _eagle3_reference(state: dict, embed, tokens, feature, pos, eps=1e-5):
+    """EAGLE-3's layer written out from the layout, full causal attention, fp32."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+    def rms(x, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+    m = {k[len("midlayer.") :]: v for k, v in state.items() if k.startswith("midlayer.")}
+    t = tokens.shape[0]
+    x = torch.cat(
+        [rms(embed[tokens], m["input_layernorm.weight"]), rms(feature, m["hidden_norm.weight"])], -1
+    )
+    q = (x @ m["self_attn.q_proj.weight"].T).view(t, HEADS, D).transpose(0, 1)
+    k = (x @ m["self_attn.k_proj.weight"].T).view(t, KV, D).transpose(0, 1)
+    v = (x @ m["self_attn.v_proj.weight"].T).view(t, KV, D).transpose(0, 1)
+    cos, sin = LlamaRotaryEmbedding(LlamaConfig(**_config()))(x[None], pos[None])
+    q, k = apply_rotary_pos_emb(q[None], k[None], cos, sin)
+    k, v = k[0].repeat_interleave(HEADS // KV, 0), v.repeat_interleave(HEADS // KV, 0)
+    s = (q[0] @ k.transpose(1, 2)) / D**0.5
+    s = s.masked_fill(~torch.ones(t, t, dtype=torch.bool).tril(), float("-inf"))
+    o = (s.softmax(-1) @ v).transpose(0, 1).reshape(t, -1) @ m["self_attn.o_proj.weight"].T
+    h = feature + o
+    y = rms(h, m["post_attention_layernorm.weight"])
+    mlp = torch.nn.functional.silu(y @ m["mlp.gate_proj.weight"].T) * (
+        y @ m["mlp.up_proj.weight"].T
+    )
+    h = h + mlp @ m["mlp.down_proj.weight"].T
+    return h, rms(h, state["norm.weight"]) @ state["lm_head.weight"].T
+
+
+def test_eagle3_head_matches_reference_and_maps_its_vocabulary(tmp_path) -> None:
+    g = torch.Generator().manual_seed(1)
+    state = _write_eagle3(tmp_path, g)
+    embed = torch.randn(VOCAB, H, generator=g)
+    head = load_eagle_head(str(tmp_path), LAYERS, embed)
+    assert head.c.variant == EAGLE3 and head.c.aux_layers == [1, 3, 5]
+    t = 6
+    aux = [torch.randn(t, H, generator=g) for _ in range(3)]
+    feature = head.first_feature(aux)
+    assert torch.allclose(feature, torch.cat(aux, -1) @ state["fc.weight"].T, atol=1e-6)
+    tokens = torch.randint(0, VOCAB, (t,), generator=g)
+    pos = torch.arange(10, 10 + t)
+    with torch.no_grad():
+        hidden, logits = head.step(tokens, feature, pos, EagleKV())
+    ref_h, ref_draft_logits = _eagle3_reference(state, embed, tokens, feature, pos)
+    assert torch.allclose(hidden, ref_h, atol=1e-5, rtol=1e-4)
+    # Draft-vocabulary logits land on their target ids; every other target id is -inf.
+    target_ids = torch.arange(DRAFT_VOCAB) + state["d2t"]
+    assert torch.allclose(logits[:, target_ids], ref_draft_logits, atol=1e-5, rtol=1e-4)
+    assert int(torch.isfinite(logits).sum()) == t * DRAFT_VOCAB
+    assert torch.equal(torch.isfinite(logits[0]), state["t2d"])
+    # The default aux layers (config without eagle_config): low, middle, high.
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    del cfg["eagle_config"]
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert load_eagle_head(str(tmp_path), 32, embed).c.aux_layers == [1, 15, 28]
+
+
+@pytest.mark.parametrize("variant", [EAGLE, EAGLE3])
+def test_eagle_head_step_by_step_equals_all_at_once(tmp_path, variant) -> None:
+    """Drafting one position at a time with the KV cache gives what the whole sequence gives."""
+    g = torch.Generator().manual_seed(2)
+    (_write_eagle if variant == EAGLE else _write_eagle3)(tmp_path, g)
+    embed, lm_head = torch.randn(VOCAB, H, generator=g), torch.randn(VOCAB, H, generator=g)
+    head = load_eagle_head(str(tmp_path), LAYERS, embed, lm_head)
+    t = 5
+    tokens = torch.randint(0, VOCAB, (t,), generator=g)
+    feature = torch.randn(t, H, generator=g)
+    with torch.no_grad():
+        full_h, full_l = head.step(tokens, feature, torch.arange(t), EagleKV())
+        kv = EagleKV()
+        head.step(tokens[:2], feature[:2], torch.arange(2), kv)  # a prefix first, then one by one
+        parts = [
+            head.step(tokens[i : i + 1], feature[i : i + 1], torch.tensor([i]), kv)
+            for i in range(2, t)
+        ]
+    assert torch.allclose(torch.cat([h for h, _ in parts]), full_h[2:], atol=1e-5, rtol=1e-4)
+    step_logits = torch.cat([lg for _, lg in parts])
+    finite = full_l[2:].isfinite()
+    assert torch.equal(step_logits.isfinite(), finite)
+    assert torch.allclose(step_logits[finite], full_l[2:][finite], atol=1e-4, rtol=1e-4)
+    assert kv.k.shape == (t, KV, D)
+
+
+def test_eagle_head_layout_errors_name_the_tensor(tmp_path) -> None:
+    g = torch.Generator().manual_seed(3)
+    state = _write_eagle3(tmp_path, g)
+    embed = torch.randn(VOCAB, H)
+    bad = dict(state)
+    del bad["midlayer.hidden_norm.weight"]
+    save_file(bad, str(tmp_path / "model.safetensors"))
+    with pytest.raises(ValueError, match="midlayer.hidden_norm.weight"):
+        load_eagle_head(str(tmp_path), LAYERS, embed)
+    bad = dict(state, **{"fc.weight": torch.zeros(H, 2 * H)})
+    save_file(bad, str(tmp_path / "model.safetensors"))
+    with pytest.raises(ValueError, match=r"fc.weight has shape \(64, 128\), expected \(64, 192\)"):
+        load_eagle_head(str(tmp_path), LAYERS, embed)
+    (tmp_path / "model.safetensors").unlink()
+    with pytest.raises(FileNotFoundError):
+        load_eagle_head(str(tmp_path), LAYERS, embed)
+
+
+def test_eagle_algorithms_refused_at_startup_with_the_reason() -> None:
+    from sglang.srt.server_args import ServerArgs
+
+    for name in (EAGLE, EAGLE3):
+        with pytest.raises(ValueError, match=f"--speculative-algorithm {name}: .*not wired"):
+            ServerArgs(model_path="x", speculative_algorithm=name)
