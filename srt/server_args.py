@@ -33,14 +33,7 @@ ATTENTION_BACKENDS = ["torch_native", "triton"]
 SCHEDULE_POLICIES = ["fcfs", "lpm", "dfs-weight", "lof", "random"]
 EVICTION_POLICIES = ["lru", "lfu", "fifo", "mru", "filo", "priority"]
 HICACHE_WRITE_POLICIES = ["write_through", "write_through_selective", "write_back"]
-SPECULATIVE_ALGORITHMS = ["NGRAM", "STANDALONE"]
-# SGLang's other names, refused with what exists instead.
-_UNBUILT_SPECULATIVE = {
-    name: f"--speculative-algorithm {name}: EAGLE draft heads load and run a draft step "
-    "(srt/speculative/eagle_head.py) but are not wired into the verify loop yet; "
-    "use STANDALONE (a draft model) or NGRAM"
-    for name in ("EAGLE", "EAGLE3")
-}
+SPECULATIVE_ALGORITHMS = ["NGRAM", "STANDALONE", "EAGLE", "EAGLE3"]
 # With speculation on, admission defaults to this many running requests (it wins at small batch).
 SPECULATIVE_MAX_RUNNING_REQUESTS = 48
 # The parsers' own registries (srt/parsers) are checked against these names by the tests.
@@ -241,11 +234,14 @@ class ServerArgs:
     speculative_algorithm: Optional[str] = _f(
         None,
         "Draft tokens and verify them in one target pass: NGRAM (from the request's own tokens), "
-        "STANDALONE (a smaller model with the same tokenizer, --speculative-draft-model-path).",
+        "STANDALONE (a smaller model with the same tokenizer, --speculative-draft-model-path), "
+        "EAGLE / EAGLE3 (a draft head fed by the target's hidden states, at that path).",
         SPECULATIVE_ALGORITHMS,
     )
     speculative_draft_model_path: Optional[str] = _f(
-        None, "The draft model (STANDALONE): an HF folder or .gguf with the target's vocabulary."
+        None,
+        "The draft model (STANDALONE: an HF folder or .gguf with the target's vocabulary) or "
+        "EAGLE / EAGLE3 draft-head folder (config.json + weights).",
     )
     speculative_num_steps: Optional[int] = _f(
         None, "Draft steps per verify (default 3; NGRAM: num_draft_tokens - 1)."
@@ -365,9 +361,7 @@ class ServerArgs:
         for f in dataclasses.fields(self):
             choices = f.metadata.get("choices")
             val = getattr(self, f.name)
-            if f.name == "speculative_algorithm" and val in _UNBUILT_SPECULATIVE:
-                errs.append(_UNBUILT_SPECULATIVE[val])
-            elif choices and val is not None and val not in choices:
+            if choices and val is not None and val not in choices:
                 errs.append(f"--{f.name.replace('_', '-')} must be one of {choices}, got {val!r}")
         need(1 <= self.port <= 65535, f"--port must be in 1..65535, got {self.port}")
         if self.mem_fraction_static is not None:
@@ -480,14 +474,15 @@ class ServerArgs:
             f"--speculative-eagle-topk {self.speculative_eagle_topk}: draft trees are not built "
             "(topk 1, a chain, is)",
         )
-        if self.speculative_algorithm == "STANDALONE":
+        algo = self.speculative_algorithm
+        if algo in ("STANDALONE", "EAGLE", "EAGLE3"):
             need(
                 self.speculative_draft_model_path is not None,
-                "--speculative-algorithm STANDALONE needs --speculative-draft-model-path",
+                f"--speculative-algorithm {algo} needs --speculative-draft-model-path",
             )
             need(
                 self.speculative_num_draft_tokens == self.speculative_num_steps + 1,
-                "STANDALONE drafts a chain: --speculative-num-draft-tokens must be "
+                f"{algo} drafts a chain: --speculative-num-draft-tokens must be "
                 "--speculative-num-steps + 1",
             )
         lo = self.speculative_ngram_min_match_window_size

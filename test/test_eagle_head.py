@@ -12,6 +12,7 @@ import json
 
 import pytest
 import torch
+from model_fixtures import write_eagle_head
 from safetensors.torch import save_file
 
 from sglang.srt.speculative.eagle_head import EAGLE, EAGLE3, EagleKV, load_eagle_head
@@ -36,49 +37,12 @@ def _config(**extra) -> dict:
     )
 
 
-def _layer(prefix: str, attn_in: int, g: torch.Generator, eagle3: bool) -> dict:
-    r = lambda *s: torch.randn(*s, generator=g) * 0.1
-    w = {
-        f"{prefix}.self_attn.q_proj.weight": r(HEADS * D, attn_in),
-        f"{prefix}.self_attn.k_proj.weight": r(KV * D, attn_in),
-        f"{prefix}.self_attn.v_proj.weight": r(KV * D, attn_in),
-        f"{prefix}.self_attn.o_proj.weight": r(H, HEADS * D),
-        f"{prefix}.mlp.gate_proj.weight": r(INTER, H),
-        f"{prefix}.mlp.up_proj.weight": r(INTER, H),
-        f"{prefix}.mlp.down_proj.weight": r(H, INTER),
-        f"{prefix}.post_attention_layernorm.weight": 1 + r(H),
-    }
-    if eagle3:
-        w[f"{prefix}.input_layernorm.weight"] = 1 + r(H)
-        w[f"{prefix}.hidden_norm.weight"] = 1 + r(H)
-    return w
-
-
 def _write_eagle(path, g) -> dict:
-    state = _layer("layers.0", H, g, eagle3=False)
-    state["fc.weight"] = torch.randn(H, 2 * H, generator=g) * 0.1
-    state["fc.bias"] = torch.randn(H, generator=g) * 0.1
-    save_file(state, str(path / "model.safetensors"))
-    (path / "config.json").write_text(json.dumps(_config()))
-    return state
+    return write_eagle_head(str(path), _config(), EAGLE, g)
 
 
-def _write_eagle3(path, g, draft_vocab: int = DRAFT_VOCAB) -> dict:
-    state = _layer("midlayer", 2 * H, g, eagle3=True)
-    state["fc.weight"] = torch.randn(H, 3 * H, generator=g) * 0.1
-    state["norm.weight"] = 1 + torch.randn(H, generator=g) * 0.1
-    state["lm_head.weight"] = torch.randn(draft_vocab, H, generator=g) * 0.1
-    keep = torch.sort(torch.randperm(VOCAB, generator=g)[:draft_vocab]).values
-    state["d2t"] = keep - torch.arange(draft_vocab)  # target id = draft id + d2t[draft id]
-    t2d = torch.zeros(VOCAB, dtype=torch.bool)
-    t2d[keep] = True
-    state["t2d"] = t2d
-    save_file(state, str(path / "model.safetensors"))
-    cfg = _config(
-        draft_vocab_size=draft_vocab, eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 3, 5]}
-    )
-    (path / "config.json").write_text(json.dumps(cfg))
-    return state
+def _write_eagle3(path, g) -> dict:
+    return write_eagle_head(str(path), _config(), EAGLE3, g, DRAFT_VOCAB, [1, 3, 5])
 
 
 def _hf_layer(state: dict, prefix: str):
@@ -217,11 +181,3 @@ def test_eagle_head_layout_errors_name_the_tensor(tmp_path) -> None:
     (tmp_path / "model.safetensors").unlink()
     with pytest.raises(FileNotFoundError):
         load_eagle_head(str(tmp_path), LAYERS, embed)
-
-
-def test_eagle_algorithms_refused_at_startup_with_the_reason() -> None:
-    from sglang.srt.server_args import ServerArgs
-
-    for name in (EAGLE, EAGLE3):
-        with pytest.raises(ValueError, match=f"--speculative-algorithm {name}: .*not wired"):
-            ServerArgs(model_path="x", speculative_algorithm=name)

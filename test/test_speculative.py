@@ -171,6 +171,123 @@ def test_standalone_greedy_matches_plain_decoding(tiny_models, plain_outputs, dr
         assert accepted >= 0.9 * drafted - 3 * len(got), (accepted, drafted)
 
 
+def _eagle_head(tiny_models, tmp_path, variant: str, aux=None, draft_ids=None) -> str:
+    import json
+
+    from model_fixtures import write_eagle_head
+
+    cfg = json.load(open(f"{tiny_models['llama']}/config.json"))
+    layers = cfg["num_hidden_layers"]
+    if variant == "EAGLE3" and aux is None:
+        aux = [0, layers // 2, layers - 1]
+    path = str(tmp_path / variant)
+    g = torch.Generator().manual_seed(7)
+    write_eagle_head(path, cfg, variant, g, cfg["vocab_size"] // 2, aux, draft_ids)
+    return path
+
+
+@pytest.mark.parametrize(
+    "variant,kw",
+    [
+        ("EAGLE", {}),
+        ("EAGLE3", {}),
+        ("EAGLE3", dict(chunked_prefill_size=32)),
+        ("EAGLE", dict(speculative_num_steps=5, speculative_num_draft_tokens=6)),
+    ],
+)
+def test_eagle_greedy_matches_plain_decoding(tiny_models, plain_outputs, tmp_path, variant, kw):
+    """A random EAGLE / EAGLE-3 head fed by the target's hidden states: the same tokens as plain
+    decoding (the target checks every draft), every request drafted for, no slot leaked (the
+    invariants run after every step)."""
+    path = _eagle_head(tiny_models, tmp_path, variant)
+    sched = make(
+        tiny_models, speculative_algorithm=variant, speculative_draft_model_path=path, **kw
+    )
+    got = run_batch(sched, repetitive_prompts(), 24)
+    assert [g["ids"] for g in got] == [p["ids"] for p in plain_outputs["rep"]]
+    assert all(g["verify"] > 0 for g in got)
+    # Every request's head state follows its sequence: the draft cache ends at the last pending
+    # token a verify pass checked, and the features after it are the verified positions'.
+    for req in sched.state.rid_to_req.values():
+        assert req.spec_state is None or req.spec_state.feat_len() >= 0
+
+
+@pytest.mark.parametrize("variant,chunk", [("EAGLE", None), ("EAGLE", 16), ("EAGLE3", 16)])
+def test_eagle_head_cache_is_built_from_the_targets_hidden_states(
+    tiny_models, hf_models, plain_outputs, tmp_path, variant, chunk
+):
+    """After a run, the head's cached K / V over [0, kv_end) must be what one pass of the head
+    over the final sequence gives, with HF transformers' hidden states of the target as features
+    (EAGLE: the final normed ones; EAGLE-3: layer 0's output, three times): the features that the
+    prefill chunks and verify passes stored, with the drafts' KV dropped after each verify,
+    assembled exactly the target's. The EAGLE-3 head's draft vocabulary is one token, the one the
+    plain run repeats most, so some drafts are accepted and verify rows past the first are kept."""
+    import collections
+
+    from sglang.srt.speculative.eagle_head import EagleKV
+
+    prompt = repetitive_prompts()[1]
+    common = collections.Counter(plain_outputs["rep"][1]["ids"]).most_common(1)[0][0]
+    draft_ids = [common] if variant == "EAGLE3" else None
+    path = _eagle_head(tiny_models, tmp_path, variant, aux=[0, 0, 0], draft_ids=draft_ids)
+    kw = {} if chunk is None else dict(chunked_prefill_size=chunk)
+    sched = make(
+        tiny_models, speculative_algorithm=variant, speculative_draft_model_path=path, **kw
+    )
+    rid = f"e{next(_rid)}"
+    sp = SamplingParams(max_new_tokens=24, temperature=0.0)
+    sp.normalize(None)
+    sched.intake.handle_generate_request(
+        TokenizedGenerateReqInput(rid=rid, input_ids=prompt, sampling_params=sp)
+    )
+    req = sched.state.rid_to_req[rid]
+    while not req.finished():
+        sched.step()
+    assert req.output_ids == plain_outputs["rep"][1]["ids"]
+    if variant == "EAGLE3":
+        assert req.spec_accepted > 0
+    st = req.spec_state
+    assert st.kv_start == 0 and st.kv_end > len(prompt)
+    seq = torch.tensor(req.all_ids()[: st.kv_end + 1])
+    head = sched.spec.proposer.head
+    with torch.no_grad():
+        hs = hf_models(tiny_models["llama"])(seq[None], output_hidden_states=True).hidden_states
+        if variant == "EAGLE":
+            feats = hs[-1][0, : st.kv_end]
+        else:
+            feats = head.first_feature([hs[1][0, : st.kv_end]] * 3)
+        fresh = EagleKV()
+        head.step(seq[1:], feats, torch.arange(st.kv_end), fresh)
+    assert st.kv.k.shape == fresh.k.shape
+    assert torch.allclose(st.kv.k, fresh.k, atol=1e-4, rtol=1e-3)
+    assert torch.allclose(st.kv.v, fresh.v, atol=1e-4, rtol=1e-3)
+
+
+def test_eagle_retraction_in_a_tiny_pool_keeps_tokens(tiny_models, tmp_path):
+    prompts = [[600 + i, 601 + i, 602 + i] * 3 + [700 + i] for i in range(6)]
+    ref = run_batch(make(tiny_models), prompts, 60)
+    path = _eagle_head(tiny_models, tmp_path, "EAGLE3")
+    sched = make(
+        tiny_models,
+        speculative_algorithm="EAGLE3",
+        speculative_draft_model_path=path,
+        max_total_tokens=192,
+        max_running_requests=6,
+    )
+    before = sched.stats.num_retracted_total
+    got = run_batch(sched, prompts, 60)
+    assert sched.stats.num_retracted_total > before
+    assert [g["ids"] for g in got] == [r["ids"] for r in ref]
+
+
+def test_eagle_head_must_match_the_algorithm_and_the_target(tiny_models, tmp_path):
+    path = _eagle_head(tiny_models, tmp_path, "EAGLE")
+    with pytest.raises(ValueError, match="is an EAGLE draft head"):
+        make(tiny_models, speculative_algorithm="EAGLE3", speculative_draft_model_path=path)
+    with pytest.raises(ValueError, match="needs --speculative-draft-model-path"):
+        make(tiny_models, speculative_algorithm="EAGLE")
+
+
 def test_logprobs_and_stop_tokens_match_plain_decoding(tiny_models):
     prompts = repetitive_prompts()[:2]
     plain = make(tiny_models)
@@ -267,8 +384,8 @@ def sample_second_tokens(path: str, n: int, **kw) -> List[Tuple[int, int]]:
     return [(r.output_ids[1], r.output_ids[2]) for r in reqs]
 
 
-@pytest.mark.parametrize("algo", ["NGRAM", "STANDALONE"])
-def test_sampled_tokens_follow_the_target_distribution(small_vocab_models, algo):
+@pytest.mark.parametrize("algo", ["NGRAM", "STANDALONE", "EAGLE3"])
+def test_sampled_tokens_follow_the_target_distribution(small_vocab_models, tmp_path, algo):
     """The tokens speculation emits are distributed as plain sampling's: a chi-square test on the
     first two speculated positions (the prefill's token is shared)."""
     from scipy.stats import chi2_contingency
@@ -279,6 +396,15 @@ def test_sampled_tokens_follow_the_target_distribution(small_vocab_models, algo)
     kw = dict(speculative_algorithm=algo)
     if algo == "STANDALONE":
         kw["speculative_draft_model_path"] = draft
+    if algo == "EAGLE3":  # a random head over 10 of the 16 tokens: sampled drafts, rejections
+        import json
+
+        from model_fixtures import write_eagle_head
+
+        cfg = json.load(open(f"{target}/config.json"))
+        g = torch.Generator().manual_seed(5)
+        write_eagle_head(str(tmp_path / "h"), cfg, "EAGLE3", g, 10, [0, 0, 1])
+        kw["speculative_draft_model_path"] = str(tmp_path / "h")
     spec = sample_second_tokens(target, n, **kw)
     for pos in (0, 1):
         table = torch.zeros((2, 16), dtype=torch.int64)

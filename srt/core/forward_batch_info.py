@@ -81,6 +81,11 @@ class ForwardBatch:
     kv_layer_waits: Any = None
     # Set by the CUDA-graph runner when padding the batch.
     num_padded: int = 0
+    # EAGLE drafts read the target's hidden states at every position of the pass: None (the
+    # default) keeps none; () the final (normed) hidden states; layer ids those layers' outputs,
+    # concatenated. Returned in LogitsProcessorOutput.hidden_states; such a pass is never replayed
+    # from a CUDA graph.
+    capture_hidden: Optional[Tuple[int, ...]] = None
     # Decode: the device block [positions; req_pool_indices; seq_lens; out_cache_loc] ([4, bs] int64)
     # that those four fields are views of, so the graph runner copies it in one go.
     decode_packed: Optional[torch.Tensor] = None

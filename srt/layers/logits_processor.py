@@ -23,6 +23,7 @@ class LogitsProcessorOutput:
     input_token_logprobs: Optional[torch.Tensor] = None  # [num_lp_positions] float32
     input_top_logprobs_val: Optional[torch.Tensor] = None  # [num_lp_positions, max_k]
     input_top_logprobs_idx: Optional[torch.Tensor] = None
+    hidden_states: Optional[torch.Tensor] = None  # [num_tokens, *] when ForwardBatch.capture_hidden
 
 
 class LogitsProcessor:

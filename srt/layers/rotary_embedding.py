@@ -116,7 +116,7 @@ class RotaryEmbedding(nn.Module):
             return _fused(positions, q, k, self.cos_sin_cache, self.head_dim)
         cos = self.cos_cache[positions].unsqueeze(1)
         sin = self.sin_cache[positions].unsqueeze(1)
-        return self._apply(q, cos, sin), self._apply(k, cos, sin)
+        return self._rotate(q, cos, sin), self._rotate(k, cos, sin)
 
     def forward_and_store(
         self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, target
@@ -140,7 +140,7 @@ class RotaryEmbedding(nn.Module):
         )
         return True
 
-    def _apply(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         n = x.shape[0]
         x = x.view(n, -1, self.head_dim)
         rd = self.rotary_dim

@@ -216,7 +216,11 @@ class CudaGraphRunner:
 
     # ------------------------------------------------------------------ replay
     def can_run(self, fb: ForwardBatch) -> bool:
-        return fb.forward_mode.is_decode() and 0 < fb.batch_size <= self.max_bs
+        return (
+            fb.forward_mode.is_decode()
+            and 0 < fb.batch_size <= self.max_bs
+            and fb.capture_hidden is None
+        )
 
     def padded_size(self, raw_bs: int) -> int:
         return self.capture_bs[bisect.bisect_left(self.capture_bs, raw_bs)]

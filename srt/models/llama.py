@@ -6,7 +6,7 @@ each head's q and k before rotary), tie_word_embeddings.
 
 from __future__ import annotations
 
-from typing import Iterable, Tuple
+from typing import Iterable, Optional, Tuple
 
 import torch
 from torch import nn
@@ -115,11 +115,16 @@ class LlamaModel(nn.Module):
         )
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, input_ids, positions, forward_batch):
+    def forward(self, input_ids, positions, forward_batch, aux: Optional[dict] = None):
+        """Final hidden states; with `aux` (a dict), also stores the outputs (residual stream) of
+        the layers named in forward_batch.capture_hidden, by layer id."""
         hidden = self.embed_tokens(input_ids)
         residual = None
-        for layer in self.layers:
+        keep = set(forward_batch.capture_hidden or ()) if aux is not None else ()
+        for i, layer in enumerate(self.layers):
             hidden, residual = layer(positions, hidden, forward_batch, residual)
+            if i in keep:
+                aux[i] = hidden + residual
         hidden, _ = self.norm(hidden, residual)
         return hidden
 
@@ -149,8 +154,13 @@ class LlamaForCausalLM(nn.Module):
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch: ForwardBatch
     ) -> LogitsProcessorOutput:
-        hidden = self.model(input_ids, positions, forward_batch)
-        return self.logits_processor(hidden, self.lm_head, forward_batch)
+        capture = forward_batch.capture_hidden
+        aux: Optional[dict] = {} if capture else None
+        hidden = self.model(input_ids, positions, forward_batch, aux)
+        out = self.logits_processor(hidden, self.lm_head, forward_batch)
+        if capture is not None:
+            out.hidden_states = torch.cat([aux[i] for i in capture], dim=-1) if capture else hidden
+        return out
 
     def load_weights(self, weights: Iterable[Tuple[str, torch.Tensor]]) -> None:
         params = dict(self.named_parameters())

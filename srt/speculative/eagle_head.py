@@ -12,10 +12,10 @@ A draft head is one decoder layer that reads the target's hidden states as well 
   are [*, 2H]; the residual is the feature. Logits come from the head's own `norm` and `lm_head`
   over a reduced draft vocabulary, mapped to target ids by `d2t` (target = draft + d2t[draft]).
 
-The embedding (and EAGLE-1's LM head) are the target's unless the checkpoint has its own. This
-module is the reference-grade step (contiguous per-request KV, torch ops): it is what the loader is
-checked against; it is not yet wired into the verify loop (`--speculative-algorithm EAGLE` is
-refused at startup until it is).
+The embedding (and EAGLE-1's LM head) are the target's unless the checkpoint has its own. The step
+here keeps each request's draft-layer KV contiguous and runs torch ops (eagle_proposer.py drives
+it from the verify loop); it is correct everywhere and fast nowhere: a paged, graph-captured
+version for the GPU is still to be built.
 """
 
 from __future__ import annotations
@@ -196,6 +196,19 @@ class EagleHead(nn.Module):
                 "EAGLE draft head: no lm_head in the checkpoint and none from the target"
             )
         self.rope = RotaryEmbedding(c.head_dim, c.max_position, c.rope_theta, c.rope_scaling)
+
+    def to_device(self, device) -> "EagleHead":
+        """Move every weight (held as plain tensors, shared with the target where borrowed)."""
+        self.w = {k: v.to(device) for k, v in self.w.items()}
+        self.fc_w = self.fc_w.to(device)
+        self.fc_b = None if self.fc_b is None else self.fc_b.to(device)
+        self.embed, self.lm_head = self.embed.to(device), self.lm_head.to(device)
+        if self.norm is not None:
+            self.norm = self.norm.to(device)
+        if self.draft_to_target is not None:
+            self.draft_to_target = self.draft_to_target.to(device)
+        self.rope = self.rope.to(device)
+        return self
 
     def first_feature(self, target_hidden: List[torch.Tensor]) -> torch.Tensor:
         """The feature of a position from the target: its last hidden state (EAGLE), or fc over

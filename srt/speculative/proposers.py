@@ -17,10 +17,8 @@ import torch
 from sglang.srt.configs.sections import SpecSection
 from sglang.srt.core.forward_batch_info import build_decode_batch, build_extend_batch
 from sglang.srt.core.req import Req
-from sglang.srt.layers.sampler import race_argmax_torch, row_hash
-from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
+from sglang.srt.speculative.draft_sampling import choose_drafts, draft_info
 from sglang.srt.speculative.ngram_proposer import NgramIndex
-from sglang.srt.speculative.verify import DRAFT_SALT, target_probs
 
 if TYPE_CHECKING:
     from sglang.srt.model_executor.model_runner import ModelRunner
@@ -110,8 +108,8 @@ class DraftModelProposer:
             step = 0
             live = list(range(len(sub)))
             while live:
-                info = self._info([sub[j] for j in live], step)
-                toks, q = self._choose(logits, info)
+                info = draft_info([sub[j] for j in live], self.vocab, self.device, step)
+                toks, q = choose_drafts(logits, info)
                 for n, j in enumerate(live):
                     drafts[active[j]].append(toks[n])
                     if q is not None:
@@ -183,31 +181,12 @@ class DraftModelProposer:
         fb = build_decode_batch(ids, [p + 1 for p in positions], rows, locs, self.device)
         return self.runner.forward(fb).next_token_logits
 
-    def _info(self, reqs: List[Req], step: int) -> SamplingBatchInfo:
-        info = SamplingBatchInfo.from_reqs(reqs, self.vocab, self.device)
-        info.steps = info.steps + 1 + step  # the 1-based index of the drafted token, as verify
-        return info
-
-    def _choose(self, logits: torch.Tensor, info: SamplingBatchInfo):
-        """Each request's draft token: greedy rows their argmax, sampled rows a draw from the draft's
-        distribution (noise salted apart from the target's); and that distribution (None if all
-        rows are greedy)."""
-        logits = logits.float()
-        greedy = logits.argmax(dim=-1)
-        if info.is_all_greedy:
-            return greedy.tolist(), None
-        probs = target_probs(logits, info)
-        sampled = race_argmax_torch(probs, row_hash(info.seeds ^ DRAFT_SALT, info.steps))
-        toks = torch.where(info.greedy, greedy, sampled)
-        # A greedy row's draft is a point mass on its argmax.
-        point = torch.zeros_like(probs).scatter_(1, greedy.unsqueeze(1), 1.0)
-        probs = torch.where(info.greedy.unsqueeze(1), point, probs)
-        return toks.tolist(), probs
-
 
 def make_proposer(spec: SpecSection, target_runner: "ModelRunner", server_args, chunk):
     if spec.algorithm == "NGRAM":
         return NgramProposer(spec)
+    if spec.algorithm in ("EAGLE", "EAGLE3"):
+        return _eagle_proposer(spec, target_runner)
     import dataclasses
 
     from sglang.srt.configs.model_config import ModelConfig
@@ -234,3 +213,31 @@ def make_proposer(spec: SpecSection, target_runner: "ModelRunner", server_args, 
         draft_cfg, ModelSection.of(sa), memory, target_runner.device, target_runner.gpu_id
     )
     return DraftModelProposer(spec, draft, target_runner, chunk)
+
+
+def _eagle_proposer(spec: SpecSection, target_runner: "ModelRunner"):
+    from sglang.srt.speculative.eagle_head import EAGLE3, load_eagle_head
+    from sglang.srt.speculative.eagle_proposer import EagleProposer
+
+    model = target_runner.model
+    lm_head = None if model.config.tie_word_embeddings else model.lm_head.weight
+    head = load_eagle_head(
+        spec.draft_model_path,
+        target_runner.model_config.num_hidden_layers,
+        model.model.embed_tokens.weight,
+        lm_head if lm_head is not None else model.model.embed_tokens.weight,
+        dtype=model.model.embed_tokens.weight.dtype,
+    )
+    found = "EAGLE3" if head.c.variant == EAGLE3 else "EAGLE"
+    if found != spec.algorithm:
+        raise ValueError(
+            f"--speculative-algorithm {spec.algorithm}, but {spec.draft_model_path} is an "
+            f"{found} draft head"
+        )
+    if head.c.vocab != target_runner.vocab_size or head.c.hidden != model.config.hidden_size:
+        raise ValueError(
+            f"the draft head ({head.c.vocab} tokens, hidden {head.c.hidden}) does not fit the "
+            f"target ({target_runner.vocab_size} tokens, hidden {model.config.hidden_size})"
+        )
+    head.to_device(target_runner.device)
+    return EagleProposer(spec, head, target_runner.vocab_size, target_runner.device)

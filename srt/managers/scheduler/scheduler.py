@@ -453,7 +453,20 @@ class Scheduler:
         top_nums = [r.top_logprobs_num if r.return_logprob else 0 for r in batch.reqs]
         future = self.future_map.alloc(batch.batch_size()) if self.future_map is not None else None
         delayed = self.overlap and self.state.in_flight and _history_sensitive(batch.reqs)
-        if delayed:
+        capture = getattr(self.spec.proposer, "capture", None) if self.spec is not None else None
+        if capture is not None and batch.forward_mode.is_extend():
+            # EAGLE: the draft head reads this prefill's hidden states (speculation runs the plain
+            # loop, so the forward is done when launch_forward returns).
+            fb.capture_hidden = capture
+            handle = self.launcher.launch_forward(fb)
+            self.spec.proposer.on_target_extend(
+                batch.reqs,
+                fb.extend_prefix_lens_cpu,
+                fb.extend_seq_lens_cpu,
+                handle.logits.hidden_states,
+            )
+            delayed = True
+        elif delayed:
             # Grammars and penalties need every accepted token: the forward runs while the previous
             # results are processed, and the masks / penalty counts are built just before sampling.
             handle = self.launcher.launch_forward(fb)

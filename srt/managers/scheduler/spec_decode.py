@@ -97,8 +97,13 @@ class SpecDecoder:
         fb = batch.to_forward_batch()
         layout = VerifyLayout.of(batch.spec_num_drafts)
         row_reqs = [r for r, k in zip(batch.reqs, batch.spec_num_drafts) for _ in range(1 + k)]
+        capture = getattr(self.proposer, "capture", None)
+        fb.capture_hidden = capture
         with torch.no_grad():
-            logits = self.runner.forward(fb).next_token_logits
+            fwd = self.runner.forward(fb)
+            logits = fwd.next_token_logits
+            if capture is not None:  # EAGLE: the target's features of the verified positions
+                self.proposer.on_verify_pass(batch.reqs, layout, fwd.hidden_states)
             info = self._row_info(batch, layout, row_reqs)
             top = max((r.top_logprobs_num for r in batch.reqs if r.return_logprob), default=0)
             out = verify(

@@ -1,0 +1,158 @@
+"""EAGLE / EAGLE-3 drafts: a draft head fed by the target's own hidden states.
+
+The target's passes (prefill chunks and verify passes) keep their hidden states at every position
+(ForwardBatch.capture_hidden); each request holds the features of the positions its draft layer
+has not yet seen. A draft step first runs the head over those positions (token p + 1 with the
+feature of p; the last output is the first draft), then feeds each draft back with the head's
+own output as the next feature. After the verify pass the head's KV past the pending token is
+dropped (it was computed from draft features) and the target's features of the pending token and
+the accepted drafts replace it. Positions the target never computed (a radix-cache prefix) have no
+features: the head's cache starts after them, which costs acceptance, never correctness (the
+target checks every draft).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+import torch
+
+from sglang.srt.configs.sections import SpecSection
+from sglang.srt.core.req import Req
+from sglang.srt.speculative.draft_sampling import choose_drafts, draft_info
+from sglang.srt.speculative.eagle_head import EAGLE, EagleHead, EagleKV
+from sglang.srt.speculative.verify import VerifyLayout
+
+
+@dataclass
+class EagleState:
+    """A request's draft-layer cache over positions [kv_start, kv_end) and the target features of
+    positions [kv_end, kv_end + len(feats))."""
+
+    kv: EagleKV = field(default_factory=EagleKV)
+    kv_start: int = 0
+    kv_end: int = 0
+    feats: List[torch.Tensor] = field(default_factory=list)
+    verify_rows: Optional[torch.Tensor] = (
+        None  # the last verify pass's features, pending token first
+    )
+
+    def feat_len(self) -> int:
+        return sum(f.shape[0] for f in self.feats)
+
+    def restart_at(self, pos: int) -> None:
+        self.kv, self.kv_start, self.kv_end, self.feats = EagleKV(), pos, pos, []
+
+    def add_features(self, pos: int, rows: torch.Tensor) -> None:
+        """Target features of positions [pos, pos + len(rows)); a gap (or an overlap, after a
+        retraction) restarts the cache at pos."""
+        if pos != self.kv_end + self.feat_len():
+            self.restart_at(pos)
+        self.feats.append(rows)
+
+    def truncate_kv(self, end: int) -> None:
+        n = max(end - self.kv_start, 0)
+        if self.kv.k is not None and self.kv.k.shape[0] > n:
+            self.kv.k, self.kv.v = self.kv.k[:n], self.kv.v[:n]
+        self.kv_end = min(self.kv_end, end)
+
+
+class EagleProposer:
+    def __init__(self, spec: SpecSection, head: EagleHead, vocab: int, device: str):
+        self.spec = spec
+        self.head = head
+        self.vocab = vocab
+        self.device = device
+        # What the target keeps per position: its last hidden state (EAGLE) or its aux layers.
+        self.capture = () if head.c.variant == EAGLE else tuple(head.c.aux_layers)
+
+    # ------------------------------------------------------------------ target passes
+    def on_target_extend(
+        self, reqs: List[Req], prefix_lens: List[int], ext_lens: List[int], hidden
+    ):
+        at = 0
+        for r, p, e in zip(reqs, prefix_lens, ext_lens):
+            self._state(r).add_features(p, self._features(hidden[at : at + e]))
+            at += e
+
+    def on_verify_pass(self, reqs: List[Req], layout: VerifyLayout, hidden: torch.Tensor) -> None:
+        for r, s, k in zip(reqs, layout.starts, layout.num_drafts):
+            self._state(r).verify_rows = self._features(hidden[s : s + 1 + k])
+
+    def _features(self, hidden: torch.Tensor) -> torch.Tensor:
+        h = hidden.to(self.head.fc_w.dtype)
+        if self.head.c.variant == EAGLE:
+            return self.head.first_feature([h])
+        return self.head.first_feature(list(h.chunk(len(self.capture), dim=-1)))
+
+    def _state(self, r: Req) -> EagleState:
+        if not isinstance(r.spec_state, EagleState):
+            r.spec_state = EagleState()
+        return r.spec_state
+
+    # ------------------------------------------------------------------ drafting
+    def plan(self, reqs: List[Req], budgets: List[int]) -> List[int]:
+        return list(budgets)
+
+    @torch.no_grad()
+    def draft(self, reqs: List[Req], num_drafts: List[int], prefix_lens: List[int]):
+        """Verify ids (pending + drafts per request) and the drafts' distributions (None: all
+        greedy), as DraftModelProposer.draft."""
+        ids: List[int] = []
+        q_rows: List[torch.Tensor] = []
+        any_sampled = False
+        for r, k, cur in zip(reqs, num_drafts, prefix_lens):
+            toks, qs = self._draft_one(r, k, cur) if k > 0 else ([], [])
+            ids.append(r.output_ids[-1])
+            ids.extend(toks)
+            any_sampled |= any(q is not None for q in qs)
+            q_rows.append((toks, qs))
+        if not any_sampled:
+            return ids, None
+        zero = torch.zeros((1, self.vocab), device=self.device)
+        rows = []
+        for toks, qs in q_rows:
+            for t, q in zip(toks, qs):
+                rows.append(q[None] if q is not None else _point(t, self.vocab, self.device))
+            rows.append(zero)
+        return ids, torch.cat(rows, dim=0)
+
+    def _draft_one(self, r: Req, k: int, cur: int):
+        st = self._state(r)
+        seq = r.all_ids()
+        start, n = st.kv_end, st.feat_len()
+        if n == 0 or start + n < cur:  # no target features up to the pending token: no drafts
+            return [], []
+        feats = torch.cat(st.feats)[: cur - start]
+        tokens = torch.tensor(seq[start + 1 : cur + 1], dtype=torch.int64, device=self.device)
+        pos = torch.arange(start, cur, device=self.device)
+        hidden, logits = self.head.step(tokens, feats, pos, st.kv)
+        st.kv_end, st.feats = cur, []
+        toks: List[int] = []
+        qs: List[Optional[torch.Tensor]] = []
+        feat, last = hidden[-1:], logits[-1:]
+        for j in range(k):
+            info = draft_info([r], self.vocab, self.device, j)
+            (t,), q = choose_drafts(last, info)
+            toks.append(t)
+            qs.append(None if q is None else q[0])
+            if j + 1 == k:
+                break
+            tok = torch.tensor([t], dtype=torch.int64, device=self.device)
+            p = torch.tensor([cur + j], device=self.device)
+            feat, last = self.head.step(tok, feat, p, st.kv)
+        return toks, qs
+
+    def on_verified(self, req: Req, accepted: int, num_drafts: int, prefix_len: int) -> None:
+        st = self._state(req)
+        st.truncate_kv(prefix_len)  # the head's KV past the pending token came from draft features
+        if st.verify_rows is not None:
+            st.add_features(prefix_len, st.verify_rows[: 1 + accepted])
+            st.verify_rows = None
+
+
+def _point(token: int, vocab: int, device: str) -> torch.Tensor:
+    out = torch.zeros((1, vocab), device=device)
+    out[0, token] = 1.0
+    return out
