@@ -73,8 +73,12 @@ class EagleProposer:
     ):
         at = 0
         for r, p, e in zip(reqs, prefix_lens, ext_lens):
-            self._state(r).add_features(p, self._features(hidden[at : at + e]))
+            st = self._state(r)
+            st.add_features(p, self._features(hidden[at : at + e]))
             at += e
+            # Every position but the chunk's last already has its next token: the head reads
+            # them now, so a long prompt's features never pile up ([tokens, H] each chunk).
+            self._absorb(r, st, p + e - 1)
 
     def on_verify_pass(self, reqs: List[Req], layout: VerifyLayout, hidden: torch.Tensor) -> None:
         for r, s, k in zip(reqs, layout.starts, layout.num_drafts):
@@ -118,17 +122,29 @@ class EagleProposer:
             rows.append(zero)
         return ids, torch.cat(rows, dim=0)
 
+    @torch.no_grad()
+    def _absorb(self, r: Req, st: EagleState, end: int):
+        """Run the head over the stored features of positions [kv_end, end) (their next tokens
+        are known); returns its (hidden, logits) there, or None if there is nothing to run."""
+        start = st.kv_end
+        if end <= start:
+            return None
+        feats = torch.cat(st.feats)
+        seq = r.all_ids()
+        tokens = torch.tensor(seq[start + 1 : end + 1], dtype=torch.int64, device=self.device)
+        pos = torch.arange(start, end, device=self.device)
+        out = self.head.step(tokens, feats[: end - start], pos, st.kv)
+        st.kv_end, st.feats = end, [feats[end - start :]]
+        return out
+
     def _draft_one(self, r: Req, k: int, cur: int):
         st = self._state(r)
-        seq = r.all_ids()
-        start, n = st.kv_end, st.feat_len()
-        if n == 0 or start + n < cur:  # no target features up to the pending token: no drafts
+        if st.kv_end + st.feat_len() < cur:  # no target features up to the pending token
             return [], []
-        feats = torch.cat(st.feats)[: cur - start]
-        tokens = torch.tensor(seq[start + 1 : cur + 1], dtype=torch.int64, device=self.device)
-        pos = torch.arange(start, cur, device=self.device)
-        hidden, logits = self.head.step(tokens, feats, pos, st.kv)
-        st.kv_end, st.feats = cur, []
+        ran = self._absorb(r, st, cur)
+        if ran is None:
+            return [], []
+        hidden, logits = ran
         toks: List[int] = []
         qs: List[Optional[torch.Tensor]] = []
         feat, last = hidden[-1:], logits[-1:]
