@@ -64,3 +64,31 @@ def test_greedy_tokens_identical_on_cuda(tiny_ckpts, algo):
         # Most drafts are accepted; draft (eager, few rows) and verify (graphs, more rows) round
         # differently, so near-tied logits of a random model may still disagree.
         assert accepted > 0.6 * 4 * 20
+
+
+@pytest.mark.parametrize("variant", ["EAGLE", "EAGLE3"])
+def test_eagle_greedy_tokens_identical_on_cuda(tiny_ckpts, tmp_path, variant):
+    """A random EAGLE / EAGLE-3 head on the device (its step in torch; the target's passes keep
+    their hidden states, so verify runs eagerly): the same tokens as plain decoding."""
+    import json
+
+    from model_fixtures import write_eagle_head
+
+    path = tiny_ckpts["llama"]
+    cfg = json.load(open(f"{path}/config.json"))
+    n = cfg["num_hidden_layers"]
+    head = str(tmp_path / variant)
+    g = torch.Generator().manual_seed(7)
+    write_eagle_head(head, cfg, variant, g, cfg["vocab_size"] // 2, [0, n // 2, n - 1])
+    prompts = [list(range(300, 340)) * 3, [7, 8, 9] * 20]
+    plain, _, _ = _run(path, prompts)
+    spec, _, _ = _run(
+        path,
+        prompts,
+        speculative_algorithm=variant,
+        speculative_draft_model_path=head,
+        dtype="float32",
+    )
+    plain32, _, _ = _run(path, prompts, dtype="float32")
+    assert spec == plain32
+    assert len(plain) == len(spec)
