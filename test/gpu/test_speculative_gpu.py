@@ -81,7 +81,7 @@ def test_eagle_greedy_tokens_identical_on_cuda(tiny_ckpts, tmp_path, variant):
     g = torch.Generator().manual_seed(7)
     write_eagle_head(head, cfg, variant, g, cfg["vocab_size"] // 2, [0, n // 2, n - 1])
     prompts = [list(range(300, 340)) * 3, [7, 8, 9] * 20]
-    plain, _, _ = _run(path, prompts)
+    # fp32: the head's eager step and the target agree on near-ties only at full precision.
     spec, _, _ = _run(
         path,
         prompts,
@@ -89,6 +89,5 @@ def test_eagle_greedy_tokens_identical_on_cuda(tiny_ckpts, tmp_path, variant):
         speculative_draft_model_path=head,
         dtype="float32",
     )
-    plain32, _, _ = _run(path, prompts, dtype="float32")
-    assert spec == plain32
-    assert len(plain) == len(spec)
+    plain, _, _ = _run(path, prompts, dtype="float32")
+    assert spec == plain
