@@ -119,7 +119,7 @@ def test_eagle3_head_matches_reference_and_maps_its_vocabulary(tmp_path) -> None
     assert head.c.variant == EAGLE3 and head.c.aux_layers == [1, 3, 5]
     t = 6
     aux = [torch.randn(t, H, generator=g) for _ in range(3)]
-    feature = head.first_feature(aux)
+    feature = head.first_feature(torch.cat(aux, -1))
     assert torch.allclose(feature, torch.cat(aux, -1) @ state["fc.weight"].T, atol=1e-6)
     tokens = torch.randint(0, VOCAB, (t,), generator=g)
     pos = torch.arange(10, 10 + t)

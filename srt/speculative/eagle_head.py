@@ -97,15 +97,6 @@ def read_state(path: str) -> Dict[str, torch.Tensor]:
     raise FileNotFoundError(f"{path}: no *.safetensors or pytorch_model.bin")
 
 
-def _layer_names(prefix: str, eagle3: bool) -> List[str]:
-    names = [f"{prefix}.self_attn.{p}_proj.weight" for p in "qkvo"]
-    names += [f"{prefix}.mlp.{p}_proj.weight" for p in ("gate", "up", "down")]
-    names.append(f"{prefix}.post_attention_layernorm.weight")
-    if eagle3:
-        names += [f"{prefix}.input_layernorm.weight", f"{prefix}.hidden_norm.weight"]
-    return names
-
-
 def _expected_shapes(c: EagleHeadConfig) -> Dict[str, Tuple[int, ...]]:
     eagle3 = c.variant == EAGLE3
     p = "midlayer" if eagle3 else "layers.0"
@@ -210,13 +201,12 @@ class EagleHead(nn.Module):
         self.rope = self.rope.to(device)
         return self
 
-    def first_feature(self, target_hidden: List[torch.Tensor]) -> torch.Tensor:
-        """The feature of a position from the target: its last hidden state (EAGLE), or fc over
-        its aux layers' outputs (EAGLE-3: one tensor per entry of aux_layers)."""
+    def first_feature(self, target_hidden: torch.Tensor) -> torch.Tensor:
+        """The feature of a position from the target: its last hidden state [T, H] (EAGLE), or fc
+        over its aux layers' outputs, concatenated in aux_layers order [T, 3H] (EAGLE-3)."""
         if self.c.variant == EAGLE:
-            (h,) = target_hidden
-            return h
-        return F.linear(torch.cat(target_hidden, dim=-1), self.fc_w, self.fc_b)
+            return target_hidden
+        return F.linear(target_hidden, self.fc_w, self.fc_b)
 
     def step(
         self, tokens: torch.Tensor, feature: torch.Tensor, positions: torch.Tensor, kv: EagleKV

@@ -85,10 +85,7 @@ class EagleProposer:
             self._state(r).verify_rows = self._features(hidden[s : s + 1 + k])
 
     def _features(self, hidden: torch.Tensor) -> torch.Tensor:
-        h = hidden.to(self.head.fc_w.dtype)
-        if self.head.c.variant == EAGLE:
-            return self.head.first_feature([h])
-        return self.head.first_feature(list(h.chunk(len(self.capture), dim=-1)))
+        return self.head.first_feature(hidden.to(self.head.fc_w.dtype))
 
     def _state(self, r: Req) -> EagleState:
         if not isinstance(r.spec_state, EagleState):
@@ -104,7 +101,7 @@ class EagleProposer:
         """Verify ids (pending + drafts per request) and the drafts' distributions (None: all
         greedy), as DraftModelProposer.draft."""
         ids: List[int] = []
-        q_rows: List[torch.Tensor] = []
+        q_rows: List[tuple] = []  # per request: (draft tokens, their distributions or None)
         any_sampled = False
         for r, k, cur in zip(reqs, num_drafts, prefix_lens):
             toks, qs = self._draft_one(r, k, cur) if k > 0 else ([], [])

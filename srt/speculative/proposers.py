@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 
 class NgramProposer:
+    capture = None  # the target's hidden states it needs: none (EagleProposer's differ)
+
     def __init__(self, spec: SpecSection):
         self.spec = spec
 
@@ -69,6 +71,8 @@ def _grammar_prefix(req: Req, drafts: List[int]) -> List[int]:
 
 
 class DraftModelProposer:
+    capture = None
+
     def __init__(
         self,
         spec: SpecSection,
@@ -216,23 +220,23 @@ def make_proposer(spec: SpecSection, target_runner: "ModelRunner", server_args, 
 
 
 def _eagle_proposer(spec: SpecSection, target_runner: "ModelRunner"):
-    from sglang.srt.speculative.eagle_head import EAGLE3, load_eagle_head
+    from sglang.srt.speculative.eagle_head import load_eagle_head
     from sglang.srt.speculative.eagle_proposer import EagleProposer
 
     model = target_runner.model
-    lm_head = None if model.config.tie_word_embeddings else model.lm_head.weight
+    embed = model.model.embed_tokens.weight
+    # model.lm_head is the embedding itself when the target ties them.
     head = load_eagle_head(
         spec.draft_model_path,
         target_runner.model_config.num_hidden_layers,
-        model.model.embed_tokens.weight,
-        lm_head if lm_head is not None else model.model.embed_tokens.weight,
-        dtype=model.model.embed_tokens.weight.dtype,
+        embed,
+        model.lm_head.weight,
+        dtype=embed.dtype,
     )
-    found = "EAGLE3" if head.c.variant == EAGLE3 else "EAGLE"
-    if found != spec.algorithm:
+    if head.c.variant != spec.algorithm:
         raise ValueError(
             f"--speculative-algorithm {spec.algorithm}, but {spec.draft_model_path} is an "
-            f"{found} draft head"
+            f"{head.c.variant} draft head"
         )
     if head.c.vocab != target_runner.vocab_size or head.c.hidden != model.config.hidden_size:
         raise ValueError(

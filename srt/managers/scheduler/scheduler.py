@@ -453,7 +453,7 @@ class Scheduler:
         top_nums = [r.top_logprobs_num if r.return_logprob else 0 for r in batch.reqs]
         future = self.future_map.alloc(batch.batch_size()) if self.future_map is not None else None
         delayed = self.overlap and self.state.in_flight and _history_sensitive(batch.reqs)
-        capture = getattr(self.spec.proposer, "capture", None) if self.spec is not None else None
+        capture = self.spec.proposer.capture if self.spec is not None else None
         if capture is not None and batch.forward_mode.is_extend():
             # EAGLE: the draft head reads this prefill's hidden states (speculation runs the plain
             # loop, so the forward is done when launch_forward returns).

@@ -97,7 +97,7 @@ class SpecDecoder:
         fb = batch.to_forward_batch()
         layout = VerifyLayout.of(batch.spec_num_drafts)
         row_reqs = [r for r, k in zip(batch.reqs, batch.spec_num_drafts) for _ in range(1 + k)]
-        capture = getattr(self.proposer, "capture", None)
+        capture = self.proposer.capture
         fb.capture_hidden = capture
         with torch.no_grad():
             fwd = self.runner.forward(fb)
