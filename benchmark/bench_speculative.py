@@ -41,6 +41,8 @@ from model_configs import MODEL_CONFIGS, write_model_config
 class OracleProposer:
     """Drafts = the reference continuation, each token kept with probability `accept`."""
 
+    capture = None  # no target hidden states needed
+
     def __init__(self, reference: Dict[str, List[int]], accept: float, vocab: int, seed: int):
         self.reference = reference
         self.accept = accept
@@ -80,17 +82,24 @@ def force_oracle_verdicts(sched) -> None:
     """Run every verify in full, then replace its verdict with the proposer's (see --acceptance)."""
     from sglang.srt.managers.scheduler import spec_decode
 
-    real = spec_decode.verify
+    real = spec_decode.launch_verify
 
-    def verify(*a, **kw):
-        out = real(*a, **kw)
-        toks = sched.spec.proposer.verdicts
-        out.tokens = [list(t) for t in toks]
-        out.accept_lens = [len(t) - 1 for t in toks]
-        out.invalid = [False] * len(toks)
-        return out
+    def launch_verify(*a, **kw):
+        pending = real(*a, **kw)
+        toks = [list(t) for t in sched.spec.proposer.verdicts]  # this pass's, taken at launch
+        device_verdict = pending.result
 
-    spec_decode.verify = verify
+        def result():
+            out = device_verdict()
+            out.tokens = [list(t) for t in toks]
+            out.accept_lens = [len(t) - 1 for t in toks]
+            out.invalid = [False] * len(toks)
+            return out
+
+        pending.result = result
+        return pending
+
+    spec_decode.launch_verify = launch_verify
 
 
 def make_scheduler(args, model_path: str, spec: bool):

@@ -347,8 +347,6 @@ class ServerArgs:
             self.speculative_eagle_topk = 1
         if self.max_running_requests is None:
             self.max_running_requests = SPECULATIVE_MAX_RUNNING_REQUESTS
-        # A verify pass needs the previous pass's tokens on the host to draft from.
-        self.disable_overlap_schedule = True
 
     def validate(self) -> None:
         """Reject bad values at startup with one clear message each."""

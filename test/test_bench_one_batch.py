@@ -188,3 +188,21 @@ def test_step_trace_report_floors_and_idle() -> None:
     # decode: (1000 weight bytes + 32 * 100 KV bytes) at 1e6 B/s = 4.2 ms
     assert abs(by["decode bs 2-8"].floor_ms - 4.2) < 1e-9
     assert by["decode bs 129-256"].passes == 1 and by["decode bs 129-256"].tokens == 200
+
+
+def test_bench_speculative_cpu() -> None:
+    """The oracle-draft benchmark at a tiny shape: with every draft kept, each verify emits all 4
+    tokens (the last steps trimmed by the length cap), the tokens equal the plain run's, and with
+    none kept each verify emits exactly one."""
+    import bench_speculative
+
+    out = bench_speculative.main(
+        "--model-config tiny-llama --batch-size 1 3 --accept 0 1.0 --input-len 24 "
+        "--output-len 13 --max-total-tokens 4096".split()
+    )
+    rows = {(r["batch_size"], r["accept"]): r for r in out["rows"]}
+    for bs in (1, 3):
+        assert rows[(bs, 1.0)]["same_tokens"] and rows[(bs, 0.0)]["same_tokens"]
+        assert rows[(bs, 0.0)]["accept_length"] == 1.0
+        # 12 decode tokens per request: 4 + 4 + 4 in three verify passes.
+        assert rows[(bs, 1.0)]["accept_length"] == 4.0

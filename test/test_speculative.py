@@ -146,6 +146,7 @@ def plain_outputs(tiny_models) -> Dict[str, List[dict]]:
             dict(speculative_algorithm="NGRAM", chunked_prefill_size=32, page_size=4),
         ),
         ("ngram-8-drafts", dict(speculative_algorithm="NGRAM", speculative_num_draft_tokens=8)),
+        ("ngram-plain-loop", dict(speculative_algorithm="NGRAM", disable_overlap_schedule=True)),
     ],
 )
 def test_ngram_greedy_matches_plain_decoding(tiny_models, plain_outputs, name, kw):
@@ -157,10 +158,15 @@ def test_ngram_greedy_matches_plain_decoding(tiny_models, plain_outputs, name, k
     assert verify_ct > 0 and emitted / verify_ct > 1.0, (emitted, verify_ct)
 
 
-@pytest.mark.parametrize("draft", ["random", "self"])
-def test_standalone_greedy_matches_plain_decoding(tiny_models, plain_outputs, draft):
+@pytest.mark.parametrize("draft,overlap", [("random", True), ("self", True), ("self", False)])
+def test_standalone_greedy_matches_plain_decoding(tiny_models, plain_outputs, draft, overlap):
     path = tiny_models["qwen2"] if draft == "random" else tiny_models["llama"]
-    sched = make(tiny_models, speculative_algorithm="STANDALONE", speculative_draft_model_path=path)
+    sched = make(
+        tiny_models,
+        speculative_algorithm="STANDALONE",
+        speculative_draft_model_path=path,
+        disable_overlap_schedule=not overlap,
+    )
     got = run_batch(sched, repetitive_prompts(), 24)
     assert [g["ids"] for g in got] == [p["ids"] for p in plain_outputs["rep"]]
     drafted = sum(r["verify"] for r in got) * 3
@@ -192,6 +198,7 @@ def _eagle_head(tiny_models, tmp_path, variant: str, aux=None, draft_ids=None) -
         ("EAGLE", {}),
         ("EAGLE3", {}),
         ("EAGLE3", dict(chunked_prefill_size=32)),
+        ("EAGLE3", dict(chunked_prefill_size=32, disable_overlap_schedule=True)),
         ("EAGLE", dict(speculative_num_steps=5, speculative_num_draft_tokens=6)),
     ],
 )
@@ -271,10 +278,11 @@ def test_eagle_head_must_match_the_algorithm_and_the_target(tiny_models, tmp_pat
         make(tiny_models, speculative_algorithm="EAGLE")
 
 
-def test_logprobs_and_stop_tokens_match_plain_decoding(tiny_models):
+@pytest.mark.parametrize("overlap", [True, False])
+def test_logprobs_and_stop_tokens_match_plain_decoding(tiny_models, overlap):
     prompts = repetitive_prompts()[:2]
     plain = make(tiny_models)
-    spec = make(tiny_models, speculative_algorithm="NGRAM")
+    spec = make(tiny_models, speculative_algorithm="NGRAM", disable_overlap_schedule=not overlap)
 
     def run(sched, **kw):
         rid = f"lp{next(_rid)}"
@@ -312,11 +320,13 @@ def test_logprobs_and_stop_tokens_match_plain_decoding(tiny_models):
     assert c.output_ids == d.output_ids == a.output_ids[: first + 1]
 
 
-@pytest.mark.parametrize("algo", ["NGRAM", "EAGLE3"])
-def test_retraction_in_a_tiny_pool_keeps_tokens_and_accounting(tiny_models, tmp_path, algo):
+@pytest.mark.parametrize("algo,overlap", [("NGRAM", True), ("NGRAM", False), ("EAGLE3", True)])
+def test_retraction_in_a_tiny_pool_keeps_tokens_and_accounting(
+    tiny_models, tmp_path, algo, overlap
+):
     prompts = [[600 + i, 601 + i, 602 + i] * 3 + [700 + i] for i in range(6)]
     ref = run_batch(make(tiny_models), prompts, 60)
-    kw = dict(speculative_algorithm=algo)
+    kw = dict(speculative_algorithm=algo, disable_overlap_schedule=not overlap)
     if algo == "EAGLE3":
         kw["speculative_draft_model_path"] = _eagle_head(tiny_models, tmp_path, algo)
     sched = make(tiny_models, max_total_tokens=192, max_running_requests=6, **kw)
@@ -324,6 +334,62 @@ def test_retraction_in_a_tiny_pool_keeps_tokens_and_accounting(tiny_models, tmp_
     got = run_batch(sched, prompts, 60)
     assert sched.stats.num_retracted_total > before
     assert [g["ids"] for g in got] == [r["ids"] for r in ref]
+
+
+def run_staggered(sched: Scheduler, prompts: List[List[int]], max_new: int, gap: int):
+    """One prompt arrives every `gap` steps (so prefills meet running verify passes); returns the
+    tokens and, per launch, the launched mode with the modes then in flight."""
+    launches = []
+    real_launch = sched.launch_batch
+
+    def launch(batch):
+        launches.append((batch.forward_mode, [lb.forward_mode for lb in sched.state.in_flight]))
+        return real_launch(batch)
+
+    sched.launch_batch = launch
+    reqs, pending = [], list(prompts)
+    for step in range(3000):
+        if pending and step % gap == 0:
+            rid = f"st{next(_rid)}"
+            sp = SamplingParams(max_new_tokens=max_new, temperature=0.0)
+            sp.normalize(None)
+            sched.intake.handle_generate_request(
+                TokenizedGenerateReqInput(rid=rid, input_ids=pending.pop(0), sampling_params=sp)
+            )
+            reqs.append(sched.state.rid_to_req[rid])
+        sched.step()
+        sched.invariants.check_busy()
+        if not pending and sched._is_fully_idle():
+            break
+    for _ in range(3):
+        sched.step()
+    assert all(r.finished() for r in reqs)
+    return [list(r.output_ids) for r in reqs], launches
+
+
+@pytest.mark.parametrize("algo", ["NGRAM", "EAGLE3"])
+def test_overlap_loop_launches_prefills_during_verify_passes(tiny_models, tmp_path, algo):
+    """Under the overlap loop a prompt arriving mid-decode is prefilled while a verify pass is in
+    flight, and a verify pass is planned only with nothing in flight (drafts need every token);
+    tokens equal plain decoding's and the plain loop's, chunked prompts included."""
+    prompts = repetitive_prompts()
+    kw = dict(speculative_algorithm=algo, chunked_prefill_size=32)
+    if algo == "EAGLE3":
+        kw["speculative_draft_model_path"] = _eagle_head(tiny_models, tmp_path, algo)
+    ref, _ = run_staggered(make(tiny_models, chunked_prefill_size=32), prompts, 24, gap=5)
+    off, off_launches = run_staggered(
+        make(tiny_models, disable_overlap_schedule=True, **kw), prompts, 24, gap=5
+    )
+    on, on_launches = run_staggered(make(tiny_models, **kw), prompts, 24, gap=5)
+    assert on == off == ref
+    assert all(not flight for _, flight in off_launches)
+    during_verify = [
+        m
+        for m, flight in on_launches
+        if m.is_extend() and any(f.is_target_verify() for f in flight)
+    ]
+    assert during_verify, on_launches
+    assert all(not flight for m, flight in on_launches if m.is_target_verify())
 
 
 # ---------------------------------------------------------------------------- sampling
@@ -411,7 +477,8 @@ def test_model_config_counts_the_parameters(tiny_models, arch):
     )
 
 
-def test_grammar_constrained_drafts_match_plain_decoding(tiny_models):
+@pytest.mark.parametrize("overlap", [True, False])
+def test_grammar_constrained_drafts_match_plain_decoding(tiny_models, overlap):
     """Drafts for a constrained request are judged under the grammar's mask at each verify row:
     the output is the plain run's, it follows the regex, and its repeats are drafted and kept."""
     import re
@@ -437,7 +504,12 @@ def test_grammar_constrained_drafts_match_plain_decoding(tiny_models):
         return req
 
     plain = run(make(tiny_models, grammar_backend="xgrammar"))
-    spec_sched = make(tiny_models, grammar_backend="xgrammar", speculative_algorithm="NGRAM")
+    spec_sched = make(
+        tiny_models,
+        grammar_backend="xgrammar",
+        speculative_algorithm="NGRAM",
+        disable_overlap_schedule=not overlap,
+    )
     spec = run(spec_sched)
     assert spec.output_ids == plain.output_ids
     text = spec_sched.tokenizer.decode(spec.output_ids, skip_special_tokens=True)

@@ -27,6 +27,7 @@ from sglang.srt.layers.sampler import (
     row_hash,
 )
 from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
+from sglang.srt.utils.device_copy import to_device
 
 # Salts of the per-row uniforms (the plain sampler's own noise, unsalted, draws the emitted token).
 ACCEPT_SALT = 0x5BD1E995
@@ -88,9 +89,26 @@ def verify(
     top_logprobs_num: int = 0,
     return_logprob: bool = False,
 ) -> VerifyOutput:
+    """The verdict as host lists (launch_verify, then wait for it)."""
+    return launch_verify(
+        logits, verify_ids, layout, info, draft_probs, top_logprobs_num, return_logprob
+    ).result()
+
+
+def launch_verify(
+    logits: torch.Tensor,
+    verify_ids: torch.Tensor,
+    layout: VerifyLayout,
+    info: SamplingBatchInfo,
+    draft_probs: Optional[torch.Tensor] = None,
+    top_logprobs_num: int = 0,
+    return_logprob: bool = False,
+) -> "PendingVerify":
     """logits [R, V] at every verify row, verify_ids [R] the rows' input tokens, info per row
     (steps = the output position each row predicts), draft_probs [R, V] the draft's distribution
-    behind the token that follows each row (None: point masses, as NGRAM drafts are)."""
+    behind the token that follows each row (None: point masses, as NGRAM drafts are).
+
+    Only device work is queued (no host sync): the overlap loop builds its next batch meanwhile."""
     R = logits.shape[0]
     dev = logits.device
     logits = logits.float()
@@ -103,9 +121,11 @@ def verify(
     greedy_pick = torch.where(dead, torch.zeros_like(greedy_pick), greedy_pick)
 
     # The draft each row judges: the input token of the next row of the same request.
-    k = torch.tensor(layout.num_drafts, device=dev)
-    starts = torch.tensor(layout.starts, device=dev)
-    row_req = torch.repeat_interleave(torch.arange(len(layout.starts), device=dev), 1 + k)
+    k = to_device(torch.tensor(layout.num_drafts, dtype=torch.int64), dev)
+    starts = to_device(torch.tensor(layout.starts, dtype=torch.int64), dev)
+    row_req = torch.repeat_interleave(
+        torch.arange(len(layout.starts), device=dev), 1 + k, output_size=R
+    )
     local = torch.arange(R, device=dev) - starts[row_req]
     judges = local < k[row_req]  # rows that have a draft after them
     nxt = torch.clamp(torch.arange(R, device=dev) + 1, max=R - 1)
@@ -143,21 +163,79 @@ def verify(
     final_row = starts + accept_lens
     rejected = accept_lens < k
     last_tok = torch.where(rejected, emit_if_rejected[final_row], emit_if_final[final_row])
-
-    ids_h, acc_h, last_h, dead_h = (
-        verify_ids.tolist(),
-        accept_lens.tolist(),
-        last_tok.tolist(),
-        dead.tolist(),
-    )
-    out = VerifyOutput(accept_lens=acc_h, tokens=[], invalid=[])
-    for r, s in enumerate(layout.starts):
-        a = acc_h[r]
-        out.tokens.append(ids_h[s + 1 : s + 1 + a] + [last_h[r]])
-        out.invalid.append(any(dead_h[s : s + a + 1]))
+    pending = PendingVerify(layout, _Copy(verify_ids), _Copy(accept_lens), _Copy(last_tok))
+    pending.dead = _Copy(dead)
     if return_logprob:
-        _add_logprobs(out, raw_lp, layout, top_logprobs_num)
-    return out
+        # Row j of a request emits its next row's input while j < accept_len, then last_tok; the
+        # rows after that emit nothing (the host drops them).
+        emitted = torch.where(local < accept_lens[row_req], draft, last_tok[row_req])
+        pending.logprobs = _Copy(raw_lp.gather(1, emitted.unsqueeze(1)).squeeze(1))
+        if top_logprobs_num > 0:
+            v, i = raw_lp.topk(min(top_logprobs_num, raw_lp.shape[-1]), dim=-1)
+            pending.top_val, pending.top_idx = _Copy(v), _Copy(i)
+    pending.mark_copies_queued(dev)
+    return pending
+
+
+class _Copy:
+    """A device tensor on its way to the host: pinned and non-blocking on CUDA."""
+
+    def __init__(self, t: torch.Tensor):
+        if t.is_cuda:
+            host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+            host.copy_(t, non_blocking=True)
+            t = host
+        self.host = t
+
+    def tolist(self) -> list:
+        return self.host.tolist()
+
+
+class PendingVerify:
+    """A launched verification; result() waits for its copies and builds the host lists."""
+
+    def __init__(self, layout: VerifyLayout, ids: _Copy, accept_lens: _Copy, last_tok: _Copy):
+        self.layout = layout
+        self.ids, self.accept_lens, self.last_tok = ids, accept_lens, last_tok
+        self.dead: Optional[_Copy] = None
+        self.logprobs: Optional[_Copy] = None
+        self.top_val: Optional[_Copy] = None
+        self.top_idx: Optional[_Copy] = None
+        self.event: Optional[torch.cuda.Event] = None
+        self._out: Optional[VerifyOutput] = None
+
+    def mark_copies_queued(self, device: torch.device) -> None:
+        """The copies are all queued: on CUDA an event behind them tells when the host has them."""
+        if device.type == "cuda":
+            self.event = torch.cuda.Event()
+            self.event.record()
+
+    def result(self) -> VerifyOutput:
+        if self._out is None:
+            if self.event is not None:
+                self.event.synchronize()
+            self._out = self._to_host()
+        return self._out
+
+    def _to_host(self) -> VerifyOutput:
+        ids_h, acc_h, last_h = self.ids.tolist(), self.accept_lens.tolist(), self.last_tok.tolist()
+        dead_h = self.dead.tolist()
+        out = VerifyOutput(accept_lens=acc_h, tokens=[], invalid=[])
+        for r, s in enumerate(self.layout.starts):
+            a = acc_h[r]
+            out.tokens.append(ids_h[s + 1 : s + 1 + a] + [last_h[r]])
+            out.invalid.append(any(dead_h[s : s + a + 1]))
+        if self.logprobs is not None:
+            lp = self.logprobs.tolist()
+            tv = self.top_val.tolist() if self.top_val is not None else None
+            ti = self.top_idx.tolist() if self.top_idx is not None else None
+            out.logprobs, out.top_logprobs_val, out.top_logprobs_idx = [], [], []
+            for r, s in enumerate(self.layout.starts):
+                n = acc_h[r] + 1
+                out.logprobs.append(lp[s : s + n])
+                out.top_logprobs_val.append(tv[s : s + n] if tv is not None else [])
+                out.top_logprobs_idx.append(ti[s : s + n] if ti is not None else [])
+        return out
 
 
 def _segment_cumprod(x: torch.Tensor, seg: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
@@ -168,26 +246,3 @@ def _segment_cumprod(x: torch.Tensor, seg: torch.Tensor, starts: torch.Tensor) -
         starts > 0, zeros_before[(starts - 1).clamp_min(0)], torch.zeros_like(starts)
     )
     return (zeros_before - base[seg] == 0).to(torch.int64)
-
-
-def _add_logprobs(out: VerifyOutput, raw_lp: torch.Tensor, layout: VerifyLayout, top: int) -> None:
-    rows, toks = [], []
-    for r, s in enumerate(layout.starts):
-        for j, t in enumerate(out.tokens[r]):
-            rows.append(s + j)
-            toks.append(t)
-    idx = torch.tensor(rows, device=raw_lp.device)
-    tok = torch.tensor(toks, device=raw_lp.device)
-    lp = raw_lp[idx].gather(1, tok.unsqueeze(1)).squeeze(1).tolist()
-    tv = ti = None
-    if top > 0:
-        v, i = raw_lp[idx].topk(min(top, raw_lp.shape[-1]), dim=-1)
-        tv, ti = v.tolist(), i.tolist()
-    out.logprobs, out.top_logprobs_val, out.top_logprobs_idx = [], [], []
-    off = 0
-    for r in range(len(layout.starts)):
-        n = len(out.tokens[r])
-        out.logprobs.append(lp[off : off + n])
-        out.top_logprobs_val.append(tv[off : off + n] if tv is not None else [])
-        out.top_logprobs_idx.append(ti[off : off + n] if ti is not None else [])
-        off += n

@@ -179,8 +179,11 @@ class ScheduleBatch:
         self.extend_lens = n
         self.seq_lens = [c + e for c, e in zip(cur, n)]
         self.spec_num_drafts = list(num_drafts)
-        for r, s in zip(self.reqs, self.seq_lens):
-            r.kv_committed_len = s
+        # Committed: the pending token only. The drafts' KV is valid only once accepted, and a
+        # request aborted while its verify pass is in flight (overlap loop) is released as it
+        # stands, so the tree must not take the drafts' slots as its tokens.
+        for r, c, s in zip(self.reqs, cur, self.seq_lens):
+            r.kv_committed_len = c + 1
             r.kv_allocated_len = s
 
     def trim_verify_allocation(self, req: Req, keep: int) -> None:

@@ -416,6 +416,8 @@ class Scheduler:
         keep = 1 if self.overlap and batch is not None else 0
         while len(in_flight) > keep:
             self.results.process_batch_result(in_flight.popleft())
+        if self.spec is not None:
+            self.spec.flush_outputs(self.results)
         if batch is None and not in_flight:
             self.on_idle()
         self.state.last_batch = batch
@@ -429,13 +431,19 @@ class Scheduler:
         if self.state.running_batch.is_empty():
             return None
         if self.spec is not None:
+            # Drafts are planned from every token so far: the passes in flight finish first.
+            self._process_in_flight()
             return self.spec.update_running_batch()
         return self.decode.update_running_batch()
+
+    def _process_in_flight(self) -> None:
+        while self.state.in_flight:
+            self.results.process_batch_result(self.state.in_flight.popleft())
 
     def launch_batch(self, batch: ScheduleBatch) -> LaunchedBatch:
         if batch.forward_mode.is_target_verify():
             self.forward_ct += 1
-            return self.spec.launch(batch)
+            return self.spec.launch(batch, self.launcher.device_work_executor())
         with self.loop_prof.phase("l.fb"):
             fb = batch.to_forward_batch()
             if self.kv_transfer is not None:
@@ -455,10 +463,12 @@ class Scheduler:
         delayed = self.overlap and self.state.in_flight and _history_sensitive(batch.reqs)
         capture = self.spec.proposer.capture if self.spec is not None else None
         if capture is not None and batch.forward_mode.is_extend():
-            # EAGLE: the draft head reads this prefill's hidden states (speculation runs the plain
-            # loop, so the forward is done when launch_forward returns).
+            # EAGLE: the draft head reads this prefill's hidden states (on the CPU overlap loop the
+            # forward runs on the worker: its result is waited for).
             fb.capture_hidden = capture
             handle = self.launcher.launch_forward(fb)
+            if handle.logits is None:
+                handle.logits = handle.future.result()
             self.spec.proposer.on_target_extend(
                 batch.reqs,
                 fb.extend_prefix_lens_cpu,
@@ -470,8 +480,7 @@ class Scheduler:
             # Grammars and penalties need every accepted token: the forward runs while the previous
             # results are processed, and the masks / penalty counts are built just before sampling.
             handle = self.launcher.launch_forward(fb)
-            while self.state.in_flight:
-                self.results.process_batch_result(self.state.in_flight.popleft())
+            self._process_in_flight()
         with self.loop_prof.phase("l.info"):
             vocab = self.model_config.vocab_size
             if batch.forward_mode.is_decode():

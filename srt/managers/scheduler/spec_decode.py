@@ -2,18 +2,23 @@
 
 Per step each running request gets up to num_draft_tokens - 1 drafts (fewer near its length or
 context limit; none while its penalties or min_new_tokens depend on the exact history; a grammar's
-mask is computed for each verify row after the drafts before it). Its pending token and drafts get slots at positions cur..cur+k and run as one
-TARGET_VERIFY pass; the verifier keeps the accepted drafts plus one token, the slots after the kept
+mask is computed for each verify row after the drafts before it). Its pending token and drafts get
+slots at positions cur..cur+k and run as one TARGET_VERIFY pass; the verifier keeps the accepted drafts plus one token, the slots after the kept
 ones go back, and the tokens are appended one at a time through the usual finish rules (a stop
 string or EOS inside the accepted run ends the request there). When the pool cannot hold every
 request's verify slots, the step runs without drafts; when it cannot hold even that, requests are
 retracted as in plain decode.
+
+Under the overlap loop drafting needs the last pass's tokens on the host, so the scheduler processes
+every pass in flight before it plans a verify pass; what still overlaps the pass on the device is
+the host work that does not need its verdict: intake, the next prefill (launched while the verify
+pass runs), and the sending of the previous verdict's tokens.
 """
 
 from __future__ import annotations
 
 import time
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 import torch
 
@@ -27,7 +32,12 @@ from sglang.srt.managers.scheduler.schedule_batch import ScheduleBatch
 from sglang.srt.managers.scheduler.scheduler_state import KVPools, LaunchedBatch, SchedulerState
 from sglang.srt.mem_cache.common import evict_for
 from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
-from sglang.srt.speculative.verify import VerifyLayout, VerifyOutput, verify
+from sglang.srt.speculative.verify import (
+    PendingVerify,
+    VerifyLayout,
+    VerifyOutput,
+    launch_verify,
+)
 from sglang.srt.utils.device_copy import to_device
 
 
@@ -53,6 +63,7 @@ class SpecDecoder:
         self.context_len = context_len
         self.vocab = model_runner.vocab_size
         self.device = model_runner.device
+        self._unsent: List[Req] = []  # processed, not yet streamed
 
     # ------------------------------------------------------------------ building
     def update_running_batch(self) -> Optional[ScheduleBatch]:
@@ -93,31 +104,50 @@ class SpecDecoder:
         return max(k, 0)
 
     # ------------------------------------------------------------------ launching
-    def launch(self, batch: ScheduleBatch) -> LaunchedBatch:
+    def launch(self, batch: ScheduleBatch, submit: Optional[Callable] = None) -> LaunchedBatch:
+        """Queue the verify pass and its verdict; nothing waits for the device here, so under the
+        overlap loop the host goes on (intake, the next prefill) while the pass runs. submit: the
+        CPU overlap loop's forward worker (None: queue on the device stream now)."""
         fb = batch.to_forward_batch()
         layout = VerifyLayout.of(batch.spec_num_drafts)
         row_reqs = [r for r, k in zip(batch.reqs, batch.spec_num_drafts) for _ in range(1 + k)]
         capture = self.proposer.capture
         fb.capture_hidden = capture
-        with torch.no_grad():
-            fwd = self.runner.forward(fb)
-            logits = fwd.next_token_logits
-            if capture is not None:  # EAGLE: the target's features of the verified positions
-                self.proposer.on_verify_pass(batch.reqs, layout, fwd.hidden_states)
+        top = max((r.top_logprobs_num for r in batch.reqs if r.return_logprob), default=0)
+
+        def forward() -> torch.Tensor:
+            with torch.no_grad():
+                fwd = self.runner.forward(fb)
+                if capture is not None:  # EAGLE: the target's features of the verified positions
+                    self.proposer.on_verify_pass(batch.reqs, layout, fwd.hidden_states)
+                return fwd.next_token_logits
+
+        def check(logits: torch.Tensor) -> PendingVerify:
+            with torch.no_grad():
+                return launch_verify(
+                    logits,
+                    fb.input_ids,
+                    layout,
+                    info,
+                    batch.draft_probs,
+                    top_logprobs_num=top,
+                    return_logprob=batch.return_logprob,
+                )
+
+        if submit is None:
+            logits = forward()
+            # The rows' sampling info (grammar masks included) is host work: built while the
+            # forward runs.
             info = self._row_info(batch, layout, row_reqs)
-            top = max((r.top_logprobs_num for r in batch.reqs if r.return_logprob), default=0)
-            out = verify(
-                logits,
-                fb.input_ids,
-                layout,
-                info,
-                batch.draft_probs,
-                top_logprobs_num=top,
-                return_logprob=batch.return_logprob,
-            )
+            pending = PendingResult(check(logits).result)
+        else:
+            logits_f = submit(forward)
+            info = self._row_info(batch, layout, row_reqs)
+            verdict_f = submit(lambda: check(logits_f.result()).result())
+            pending = PendingResult(verdict_f.result)
         return LaunchedBatch(
             batch=batch,
-            pending=PendingResult(lambda: out),
+            pending=pending,
             reqs=list(batch.reqs),
             samples=[True] * batch.batch_size(),
             forward_mode=batch.forward_mode,
@@ -155,9 +185,14 @@ class SpecDecoder:
             allocator.free_group_end()
         launched.num_tokens = emitted
         results.stats.record_verify(launched, out)
-        results.streamer.stream_output(
-            [r for r in launched.reqs if r.status is not ReqStatus.RETRACTED]
-        )
+        # Sent by flush_outputs at the end of the step: under the overlap loop that is after the
+        # next verify pass is queued, so the sending overlaps it.
+        self._unsent.extend(r for r in launched.reqs if r.status is not ReqStatus.RETRACTED)
+
+    def flush_outputs(self, results: ResultProcessor) -> None:
+        if self._unsent:
+            reqs, self._unsent = self._unsent, []
+            results.streamer.stream_output(reqs)
 
     def _apply(
         self, batch: ScheduleBatch, i: int, req: Req, out: VerifyOutput, results: ResultProcessor
