@@ -80,9 +80,7 @@ class OracleProposer:
 
 def force_oracle_verdicts(sched) -> None:
     """Run every verify in full, then replace its verdict with the proposer's (see --acceptance)."""
-    from sglang.srt.managers.scheduler import spec_decode
-
-    real = spec_decode.launch_verify
+    real = sched.spec.launch_verify
 
     def launch_verify(*a, **kw):
         pending = real(*a, **kw)
@@ -99,7 +97,7 @@ def force_oracle_verdicts(sched) -> None:
         pending.result = result
         return pending
 
-    spec_decode.launch_verify = launch_verify
+    sched.spec.launch_verify = launch_verify  # this scheduler only
 
 
 def make_scheduler(args, model_path: str, spec: bool):

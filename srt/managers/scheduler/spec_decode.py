@@ -64,6 +64,7 @@ class SpecDecoder:
         self.vocab = model_runner.vocab_size
         self.device = model_runner.device
         self._unsent: List[Req] = []  # processed, not yet streamed
+        self.launch_verify = launch_verify  # per decoder: a benchmark may wrap its verdicts
 
     # ------------------------------------------------------------------ building
     def update_running_batch(self) -> Optional[ScheduleBatch]:
@@ -124,7 +125,7 @@ class SpecDecoder:
 
         def check(logits: torch.Tensor) -> PendingVerify:
             with torch.no_grad():
-                return launch_verify(
+                return self.launch_verify(
                     logits,
                     fb.input_ids,
                     layout,
