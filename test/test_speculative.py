@@ -22,7 +22,7 @@ from sglang.srt.managers.scheduler.scheduler import Scheduler
 from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.speculative.ngram_proposer import NgramIndex, _hash
-from sglang.srt.speculative.verify import VerifyLayout, verify
+from sglang.srt.speculative.verify import VerifyLayout, launch_verify
 
 _rid = itertools.count()
 
@@ -107,7 +107,7 @@ def test_verify_greedy_accepts_the_longest_matching_prefix():
         logits[row, best] = 5.0
     ids = torch.tensor([0, 5, 6, 9, 0, 4, 2])  # req 0 drafts 5 6 9; req 1 drafts 4 2
     info = _greedy_info(7, V)
-    out = verify(logits, ids, VerifyLayout.of([3, 2]), info)
+    out = launch_verify(logits, ids, VerifyLayout.of([3, 2]), info).result()
     assert out.accept_lens == [2, 0]
     assert out.tokens == [[5, 6, 7], [1]]  # accepted 5 6, then the target's 7; req 1: just 1
 

@@ -27,7 +27,7 @@ from sglang.srt.layers.sampler import (
     row_hash,
 )
 from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
-from sglang.srt.utils.device_copy import to_device
+from sglang.srt.utils.device_copy import to_device, to_host_async
 
 # Salts of the per-row uniforms (the plain sampler's own noise, unsalted, draws the emitted token).
 ACCEPT_SALT = 0x5BD1E995
@@ -78,21 +78,6 @@ def target_probs(logits: torch.Tensor, info: SamplingBatchInfo) -> torch.Tensor:
 def row_uniforms(info: SamplingBatchInfo, salt: int) -> torch.Tensor:
     """One uniform in (0, 1) per row, a pure function of (seed, output position, salt)."""
     return bits_to_uniform(row_hash(info.seeds ^ salt, info.steps))
-
-
-def verify(
-    logits: torch.Tensor,
-    verify_ids: torch.Tensor,
-    layout: VerifyLayout,
-    info: SamplingBatchInfo,
-    draft_probs: Optional[torch.Tensor] = None,
-    top_logprobs_num: int = 0,
-    return_logprob: bool = False,
-) -> VerifyOutput:
-    """The verdict as host lists (launch_verify, then wait for it)."""
-    return launch_verify(
-        logits, verify_ids, layout, info, draft_probs, top_logprobs_num, return_logprob
-    ).result()
 
 
 def launch_verify(
@@ -163,44 +148,38 @@ def launch_verify(
     final_row = starts + accept_lens
     rejected = accept_lens < k
     last_tok = torch.where(rejected, emit_if_rejected[final_row], emit_if_final[final_row])
-    pending = PendingVerify(layout, _Copy(verify_ids), _Copy(accept_lens), _Copy(last_tok))
-    pending.dead = _Copy(dead)
+    pending = PendingVerify(
+        layout, to_host_async(verify_ids), to_host_async(accept_lens), to_host_async(last_tok)
+    )
+    pending.dead = to_host_async(dead)
     if return_logprob:
         # Row j of a request emits its next row's input while j < accept_len, then last_tok; the
         # rows after that emit nothing (the host drops them).
         emitted = torch.where(local < accept_lens[row_req], draft, last_tok[row_req])
-        pending.logprobs = _Copy(raw_lp.gather(1, emitted.unsqueeze(1)).squeeze(1))
+        pending.logprobs = to_host_async(raw_lp.gather(1, emitted.unsqueeze(1)).squeeze(1))
         if top_logprobs_num > 0:
             v, i = raw_lp.topk(min(top_logprobs_num, raw_lp.shape[-1]), dim=-1)
-            pending.top_val, pending.top_idx = _Copy(v), _Copy(i)
+            pending.top_val, pending.top_idx = to_host_async(v), to_host_async(i)
     pending.mark_copies_queued(dev)
     return pending
-
-
-class _Copy:
-    """A device tensor on its way to the host: pinned and non-blocking on CUDA."""
-
-    def __init__(self, t: torch.Tensor):
-        if t.is_cuda:
-            host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
-            host.copy_(t, non_blocking=True)
-            t = host
-        self.host = t
-
-    def tolist(self) -> list:
-        return self.host.tolist()
 
 
 class PendingVerify:
     """A launched verification; result() waits for its copies and builds the host lists."""
 
-    def __init__(self, layout: VerifyLayout, ids: _Copy, accept_lens: _Copy, last_tok: _Copy):
+    def __init__(
+        self,
+        layout: VerifyLayout,
+        ids: torch.Tensor,
+        accept_lens: torch.Tensor,
+        last_tok: torch.Tensor,
+    ):
         self.layout = layout
         self.ids, self.accept_lens, self.last_tok = ids, accept_lens, last_tok
-        self.dead: Optional[_Copy] = None
-        self.logprobs: Optional[_Copy] = None
-        self.top_val: Optional[_Copy] = None
-        self.top_idx: Optional[_Copy] = None
+        self.dead: Optional[torch.Tensor] = None
+        self.logprobs: Optional[torch.Tensor] = None
+        self.top_val: Optional[torch.Tensor] = None
+        self.top_idx: Optional[torch.Tensor] = None
         self.event: Optional[torch.cuda.Event] = None
         self._out: Optional[VerifyOutput] = None
 

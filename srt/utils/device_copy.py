@@ -17,3 +17,13 @@ def to_device(t: torch.Tensor, device) -> torch.Tensor:
     if t.numel() == 0:
         return t.to(dev)
     return t.pin_memory().to(dev, non_blocking=True)
+
+
+def to_host_async(t: torch.Tensor) -> torch.Tensor:
+    """A CUDA tensor's copy into pinned host memory, queued without waiting (the caller syncs an
+    event before reading it); any other tensor as it is."""
+    if not t.is_cuda:
+        return t
+    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    host.copy_(t, non_blocking=True)
+    return host

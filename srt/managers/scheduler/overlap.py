@@ -20,6 +20,7 @@ from sglang.srt.layers.logits_processor import LogitsProcessorOutput
 from sglang.srt.layers.sampler import SampleOutput
 from sglang.srt.managers.scheduler.loop_profiler import LoopProfiler
 from sglang.srt.managers.scheduler.step_trace import PassRecord, StepTrace
+from sglang.srt.utils.device_copy import to_host_async
 
 
 class FutureMap:
@@ -100,11 +101,7 @@ class HostCopies:
         cls, logits_out: LogitsProcessorOutput, sample_out: SampleOutput, return_logprob: bool
     ) -> "HostCopies":
         def cp(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-            if t is None or not t.is_cuda:
-                return t
-            host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
-            host.copy_(t, non_blocking=True)
-            return host
+            return None if t is None else to_host_async(t)
 
         out = cls(cp(sample_out.next_token_ids), cp(sample_out.invalid), sample_out.next_token_ids)
         if return_logprob:

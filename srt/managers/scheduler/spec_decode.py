@@ -3,9 +3,10 @@
 Per step each running request gets up to num_draft_tokens - 1 drafts (fewer near its length or
 context limit; none while its penalties or min_new_tokens depend on the exact history; a grammar's
 mask is computed for each verify row after the drafts before it). Its pending token and drafts get
-slots at positions cur..cur+k and run as one TARGET_VERIFY pass; the verifier keeps the accepted drafts plus one token, the slots after the kept
-ones go back, and the tokens are appended one at a time through the usual finish rules (a stop
-string or EOS inside the accepted run ends the request there). When the pool cannot hold every
+slots at positions cur..cur+k and run as one TARGET_VERIFY pass; the verifier keeps the accepted
+drafts plus one token, the slots after the kept ones go back, and the tokens are appended one at a
+time through the usual finish rules (a stop string or EOS inside the accepted run ends the request
+there). When the pool cannot hold every
 request's verify slots, the step runs without drafts; when it cannot hold even that, requests are
 retracted as in plain decode.
 
