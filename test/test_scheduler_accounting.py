@@ -6,6 +6,7 @@ the idle invariant holds."""
 from __future__ import annotations
 
 import itertools
+import threading
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -184,3 +185,67 @@ def test_tiny_pool_retracts_and_recovers(schedulers):
         len(r.output_ids) for r in reqs.values() if isinstance(r.finished_reason, FinishLength)
     ]
     assert all(n == 60 for n in lengths)
+
+
+def _lag_forward_worker(sched: Scheduler) -> None:
+    """Hold each forward pass on the CPU overlap worker until the host has built the next batch, the
+    order a slow device gives: the host frees and reuses request rows while a pass that read them
+    has not run yet. (A wait times out so a pass the host is waiting on still runs.)"""
+    cond, builds, targets = threading.Condition(), [0], {}
+    build, launch_forward, forward = (
+        sched.get_next_batch_to_run,
+        sched.launcher.launch_forward,
+        sched.launcher._forward,
+    )
+
+    def counted_build():
+        batch = build()
+        with cond:
+            builds[0] += 1
+            cond.notify_all()
+        return batch
+
+    def noted_launch(fb):
+        targets[id(fb)] = builds[0] + 1
+        return launch_forward(fb)
+
+    def lagged_forward(fb, rec=None):
+        with cond:
+            cond.wait_for(lambda: builds[0] >= targets.pop(id(fb), 0), timeout=1.0)
+        return forward(fb, rec)
+
+    sched.get_next_batch_to_run = counted_build
+    sched.launcher.launch_forward = noted_launch
+    sched.launcher._forward = lagged_forward
+
+
+def test_row_freed_while_its_pass_is_in_flight_keeps_its_next_owner(tiny_models):
+    """One request row: the first request is aborted while its decode pass is queued on the lagging
+    worker, and the next request takes the row at once. The queued pass must not write its slot into
+    the row the next owner now holds: every other request's tokens equal the plain loop's."""
+
+    def make(overlap: bool) -> Scheduler:
+        sa = ServerArgs(
+            model_path=tiny_models["llama"],
+            tokenizer_path=tiny_models["llama"],
+            max_total_tokens=POOL,
+            max_running_requests=1,
+            grammar_backend="none",
+            strict_memory_check=True,
+            disable_overlap_schedule=not overlap,
+        )
+        return Scheduler(sa, None)
+
+    specs = [
+        dict(stem=0, stem_len=0, tail=[100, 101, 102, 100, 101], max_new=30, arrive=0, abort_at=2),
+        dict(stem=1, stem_len=0, tail=[100 + j % 5 for j in range(40)], max_new=6, arrive=0),
+        dict(stem=2, stem_len=12, tail=[103], max_new=4, arrive=0),
+    ]
+    for s in specs:
+        s.setdefault("abort_at", None)
+        s["logprob"] = False
+    want = [list(r.output_ids) for r in _run(make(False), specs).values()]
+    lagged = make(True)
+    _lag_forward_worker(lagged)
+    got = [list(r.output_ids) for r in _run(lagged, specs).values()]
+    assert got[1:] == want[1:]

@@ -84,6 +84,16 @@ class ReqToTokenPool:
         (the host mirror is not touched; on the CPU they are the same tensor)."""
         self.req_to_token[rows, positions] = slots.to(torch.int32)
 
+    def record_decode_slots(
+        self, rows: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor
+    ) -> None:
+        """A decode pass's own record of its new slots in the device table. Where the host mirror
+        is the table (the CPU) the scheduler has already written them, and the pass must not write
+        again: on the CPU overlap loop it runs on the forward worker after the host has moved on,
+        and a row freed meanwhile (an abort, a finish) may already hold another request's slots."""
+        if self.req_to_token_cpu is not self.req_to_token:
+            self.write_device(rows, positions, slots)
+
     def read(self, row: int, start: int, end: int) -> torch.Tensor:
         return self.req_to_token_cpu[row, start:end].to(torch.int64)
 

@@ -39,7 +39,9 @@ class AttentionBackend:
         writes only the host mirror for decode (a backend may fuse this into its own kernels)."""
         fb = forward_batch
         if fb.forward_mode.is_decode():
-            fb.req_to_token_pool.write_device(fb.req_pool_indices, fb.positions, fb.out_cache_loc)
+            fb.req_to_token_pool.record_decode_slots(
+                fb.req_pool_indices, fb.positions, fb.out_cache_loc
+            )
 
     def forward(
         self,
