@@ -37,17 +37,27 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from model_configs import MODEL_CONFIGS, write_model_config
 
+from sglang.srt.speculative.draft_tree import DraftTree
+
 
 class OracleProposer:
     """Drafts = the reference continuation, each token kept with probability `accept`."""
 
     capture = None  # no target hidden states needed
 
-    def __init__(self, reference: Dict[str, List[int]], accept: float, vocab: int, seed: int):
+    def __init__(
+        self,
+        reference: Dict[str, List[int]],
+        accept: float,
+        vocab: int,
+        seed: int,
+        breadth: int = 1,
+    ):
         self.reference = reference
         self.accept = accept
         self.vocab = vocab
         self.rng = random.Random(seed)
+        self.breadth = breadth
 
     def plan(self, reqs, budgets):
         for r, b in zip(reqs, budgets):
@@ -57,47 +67,77 @@ class OracleProposer:
             for j in range(len(drafts)):
                 if self.rng.random() >= self.accept:
                     drafts[j] = (drafts[j] + 1 + self.rng.randrange(self.vocab - 1)) % self.vocab
-            r.spec_drafts = drafts
+            r.spec_drafts, r.spec_tree = drafts, None
+            r.oracle_rows = list(range(1, len(drafts) + 1))
+            if self.breadth > 1 and drafts:
+                # The oracle's chain first, then breadth - 1 one-token siblings of its first
+                # draft (never the target's token): a tree of b nodes whose verify pass costs what
+                # a real tree's does.
+                wrong = [[(drafts[0] + 1 + j) % self.vocab] for j in range(self.breadth - 1)]
+                tree = DraftTree.from_paths([drafts] + wrong, b)
+                r.spec_drafts, r.spec_tree = tree.tokens, tree
+                r.oracle_rows = _first_path_rows(tree)
         return [len(r.spec_drafts) for r in reqs]
 
     def draft(self, reqs, num_drafts, prefix_lens):
         ids = []
         self.verdicts = []  # per request of this pass: the oracle's accepted tokens + bonus
+        self.paths = []  # per request: the rows of the accepted drafts
         for r, k in zip(reqs, num_drafts):
             ids.append(r.output_ids[-1])
             ids.extend(r.spec_drafts[:k])
             ref = self.reference[r.rid.split("@")[0]]
             n = len(r.output_ids)
+            rows = [j for j in r.oracle_rows if j <= k]
             a = 0
-            while a < k and r.spec_drafts[a] == ref[n + a]:
+            while a < len(rows) and r.spec_drafts[rows[a] - 1] == ref[n + a]:
                 a += 1
             self.verdicts.append(list(ref[n : n + a + 1]))
+            self.paths.append(rows[:a])
         return ids, None
 
     def on_verified(self, req, accepted, num_drafts, prefix_len):
-        req.spec_drafts = []
+        req.spec_drafts, req.spec_tree = [], None
+
+
+def _first_path_rows(tree: "DraftTree") -> List[int]:
+    """The rows of the first path of a tree built by from_paths (each first child, in turn)."""
+    rows, at = [], 0
+    for j, p in enumerate(tree.parents, start=1):
+        if p == at:
+            rows.append(j)
+            at = j
+    return rows
 
 
 def force_oracle_verdicts(sched) -> None:
     """Run every verify in full, then replace its verdict with the proposer's (see --acceptance)."""
-    real = sched.spec.launch_verify
 
-    def launch_verify(*a, **kw):
-        pending = real(*a, **kw)
-        toks = [list(t) for t in sched.spec.proposer.verdicts]  # this pass's, taken at launch
-        device_verdict = pending.result
+    def forced(real):
+        def launch(*a, **kw):
+            pending = real(*a, **kw)
+            prop = sched.spec.proposer
+            toks = [list(t) for t in prop.verdicts]  # this pass's, taken at launch
+            paths = [list(p) for p in prop.paths]
+            device_verdict = pending.result
 
-        def result():
-            out = device_verdict()
-            out.tokens = [list(t) for t in toks]
-            out.accept_lens = [len(t) - 1 for t in toks]
-            out.invalid = [False] * len(toks)
-            return out
+            def result():
+                out = device_verdict()
+                out.tokens = [list(t) for t in toks]
+                out.accept_lens = [len(t) - 1 for t in toks]
+                out.invalid = [False] * len(toks)
+                if out.paths is not None:  # a tree: the accepted rows, for the KV move
+                    out.paths = paths
+                return out
 
-        pending.result = result
-        return pending
+            pending.result = result
+            return pending
 
-    sched.spec.launch_verify = launch_verify  # this scheduler only
+        return launch
+
+    # This scheduler only.
+    sched.spec.launch_verify = forced(sched.spec.launch_verify)
+    sched.spec.launch_tree_verify = forced(sched.spec.launch_tree_verify)
 
 
 def make_scheduler(args, model_path: str, spec: bool):
@@ -175,6 +215,13 @@ def main(argv=None) -> dict:
     p.add_argument("--output-len", type=int, default=64)
     p.add_argument("--max-total-tokens", type=int, default=65536)
     p.add_argument("--acceptance", choices=["forced", "target"], default="forced")
+    p.add_argument(
+        "--tree-breadth",
+        type=int,
+        default=1,
+        help="1: chains; more: trees of num_draft_tokens - 1 nodes (the oracle's chain plus "
+        "breadth - 1 wrong siblings of its first draft), verified by the tree pass",
+    )
     p.add_argument("--result-file", default=None)
     args = p.parse_args(argv)
     model_path = write_model_config(args.model_config)
@@ -204,7 +251,9 @@ def main(argv=None) -> dict:
             )
         )
         for a in args.accept:
-            spec.spec.proposer = OracleProposer(base["outputs"], a, vocab, seed=bs)
+            spec.spec.proposer = OracleProposer(
+                base["outputs"], a, vocab, seed=bs, breadth=args.tree_breadth
+            )
             run(spec, refs[bs]["prompts"], 8, f"warm{bs}-{a}")
             res = run(spec, refs[bs]["prompts"], args.output_len, f"spec{bs}-{a}")
             same = res["outputs"] == base["outputs"]
@@ -221,7 +270,8 @@ def main(argv=None) -> dict:
             )
     print(
         f"{args.model_config}, input {args.input_len}, output {args.output_len}, "
-        f"{args.num_draft_tokens} tokens per verify (oracle drafts, {args.acceptance} acceptance)"
+        f"{args.num_draft_tokens} tokens per verify (oracle drafts, {args.acceptance} acceptance, "
+        f"{'chains' if args.tree_breadth == 1 else f'trees of breadth {args.tree_breadth}'})"
     )
     print(
         f"{'bs':>4} {'draft keep':>10} {'step ms':>8} {'tokens/step':>11} {'TPOT ms':>8} {'vs plain':>8} {'same':>5}"
@@ -236,6 +286,7 @@ def main(argv=None) -> dict:
         model=args.model_config,
         num_draft_tokens=args.num_draft_tokens,
         acceptance=args.acceptance,
+        tree_breadth=args.tree_breadth,
         rows=rows,
     )
     if args.result_file:

@@ -9,7 +9,7 @@ OUT=${OUT:-benchmark/out}
 mkdir -p "$OUT"
 source "$(dirname "$0")/gpu_env.sh"
 # Stages can be picked: STAGES="tests one_batch one_batch_fp8 offline kernels attn_sweep attn_splits gemv small_m
-# variants variants_m host_ab long_ctx fp8 fp8_tests fp8_gemv fp8_halves fp8_one fp8_mm fp8_tri fp8_prof fp8_budget recipes hicache_tests hicache spec" (default: the first five).
+# variants variants_m host_ab long_ctx fp8 fp8_tests fp8_gemv fp8_halves fp8_one fp8_mm fp8_tri fp8_prof fp8_budget recipes hicache_tests hicache spec spec_tree" (default: the first five).
 STAGES=${STAGES:-"tests one_batch one_batch_fp8 offline kernels"}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 # At most 8 files come back from $OUT: stages append to a few logs.
@@ -229,6 +229,19 @@ if has long_ctx; then
         --prefill 256 --chunk 64 --steps 4 --max-total-tokens 8192)
   stage long_ctx ${LONG_LIMIT:-420} python3 benchmark/bench_long_context.py "${LONG[@]}" \
     --hf-cells ${LONG_HF:-} --kv-cache-dtype ${LONG_KV:-auto} --result-file "$OUT/long_ctx.jsonl"
+fi
+if has spec_tree; then
+  # Draft trees (issue 26): the GPU tests (tree verify passes, the kernel's tree mask), then chains
+  # against trees with the same 8 rows per request (7 nodes: the oracle's chain of 4 and 3 wrong
+  # siblings of its first draft; tree passes run eagerly, chains replay the decode graphs).
+  stage gpu_tests 200 python3 -m pytest test/gpu/test_speculative_gpu.py \
+    test/gpu/test_triton_kernels.py -k "speculative or tree or extend" -q -p no:cacheprovider -rfE
+  TREE=(--model-config llama3-8b --batch-size 1 8 32 64 --accept 0.9 1.0 --num-draft-tokens 8)
+  [[ ${SMOKE:-0} == 1 ]] && TREE=(--model-config tiny-llama --batch-size 1 4 --accept 1.0 --input-len 32
+        --output-len 16 --max-total-tokens 4096 --num-draft-tokens 8)
+  stage spec 200 python3 benchmark/bench_speculative.py "${TREE[@]}" --result-file "$OUT/spec.jsonl"
+  stage spec 200 python3 benchmark/bench_speculative.py "${TREE[@]}" --tree-breadth 4 \
+    --result-file "$OUT/spec.jsonl"
 fi
 if has hicache_tests; then
   stage gpu_tests 150 python3 -m pytest test/gpu/test_hicache_gpu.py -q -p no:cacheprovider --timeout=100 -rfE

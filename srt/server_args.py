@@ -247,7 +247,9 @@ class ServerArgs:
         None, "Draft steps per verify (default 3; NGRAM: num_draft_tokens - 1)."
     )
     speculative_eagle_topk: Optional[int] = _f(
-        None, "Candidates kept per draft step; 1 (a chain) is built."
+        None,
+        "Candidates kept per draft step; 1 (a chain) is built for draft models (NGRAM: see "
+        "--speculative-ngram-max-bfs-breadth).",
     )
     speculative_num_draft_tokens: Optional[int] = _f(
         None, "Tokens per request in one verify pass, the pending token included (default 4)."
@@ -257,6 +259,15 @@ class ServerArgs:
     )
     speculative_ngram_max_match_window_size: int = _f(
         12, "NGRAM: longest suffix looked up (the longest match wins)."
+    )
+    speculative_ngram_min_bfs_breadth: int = _f(
+        1, "NGRAM: fewest continuations per draft tree (accepted; the tree takes what it finds)."
+    )
+    speculative_ngram_max_bfs_breadth: int = _f(
+        1,
+        "NGRAM: most continuations per draft tree, each window's latest match one (1: a chain, "
+        "verified as a decode batch under CUDA graphs; more: a tree, verified by an eager pass "
+        "with a tree mask).",
     )
 
     # ---- kernels and graphs ----
@@ -468,9 +479,10 @@ class ServerArgs:
             "--speculative-num-steps must be >= 0",
         )
         need(
-            self.speculative_eagle_topk == 1,
-            f"--speculative-eagle-topk {self.speculative_eagle_topk}: draft trees are not built "
-            "(topk 1, a chain, is)",
+            self.speculative_eagle_topk == 1 or self.speculative_algorithm == "NGRAM",
+            f"--speculative-eagle-topk {self.speculative_eagle_topk}: draft trees from a draft "
+            "model are not built (topk 1, a chain, is; NGRAM builds trees with "
+            "--speculative-ngram-max-bfs-breadth)",
         )
         algo = self.speculative_algorithm
         if algo in ("STANDALONE", "EAGLE", "EAGLE3"):
@@ -486,6 +498,11 @@ class ServerArgs:
         lo = self.speculative_ngram_min_match_window_size
         hi = self.speculative_ngram_max_match_window_size
         need(1 <= lo <= hi <= 64, "NGRAM windows need 1 <= min <= max <= 64")
+        b_lo, b_hi = self.speculative_ngram_min_bfs_breadth, self.speculative_ngram_max_bfs_breadth
+        need(
+            1 <= b_lo <= b_hi <= 64,
+            "--speculative-ngram-min/max-bfs-breadth need 1 <= min <= max <= 64",
+        )
         need(
             not self.enable_mixed_chunk,
             "--enable-mixed-chunk with speculative decoding is not built",

@@ -8,6 +8,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[1] / "benchmark"
 sys.path.insert(0, str(BENCH))
 
@@ -190,19 +192,24 @@ def test_step_trace_report_floors_and_idle() -> None:
     assert by["decode bs 129-256"].passes == 1 and by["decode bs 129-256"].tokens == 200
 
 
-def test_bench_speculative_cpu() -> None:
+@pytest.mark.parametrize("breadth", [1, 3])
+def test_bench_speculative_cpu(breadth: int) -> None:
     """The oracle-draft benchmark at a tiny shape: with every draft kept, each verify emits all 4
     tokens (the last steps trimmed by the length cap), the tokens equal the plain run's, and with
-    none kept each verify emits exactly one."""
+    none kept each verify emits exactly one. Breadth 3: the same through tree verify passes (5
+    nodes: the oracle's chain at rows 1, 4, 5 beside two wrong siblings; its KV moves into place)."""
     import bench_speculative
 
+    drafts = 4 if breadth == 1 else 6
     out = bench_speculative.main(
         "--model-config tiny-llama --batch-size 1 3 --accept 0 1.0 --input-len 24 "
-        "--output-len 13 --max-total-tokens 4096".split()
+        f"--output-len 13 --max-total-tokens 4096 --num-draft-tokens {drafts} "
+        f"--tree-breadth {breadth}".split()
     )
     rows = {(r["batch_size"], r["accept"]): r for r in out["rows"]}
     for bs in (1, 3):
         assert rows[(bs, 1.0)]["same_tokens"] and rows[(bs, 0.0)]["same_tokens"]
         assert rows[(bs, 0.0)]["accept_length"] == 1.0
-        # 12 decode tokens per request: 4 + 4 + 4 in three verify passes.
-        assert rows[(bs, 1.0)]["accept_length"] == 4.0
+        # 12 decode tokens per request: chains 4 + 4 + 4 in three verify passes; trees 4 + 4 then
+        # 2 + 2, where the length cap leaves 3 and 1 nodes (the chain's first draft among them).
+        assert rows[(bs, 1.0)]["accept_length"] == (4.0 if breadth == 1 else 3.0)

@@ -41,6 +41,14 @@ CONFIGS = {
         speculative_algorithm="NGRAM", page_size=4, chunked_prefill_size=16
     ),
     "spec-ngram-hicache": dict(speculative_algorithm="NGRAM", enable_hierarchical_cache=True),
+    # Draft trees: tree verify passes, the accepted branch's KV moved into place.
+    "spec-ngram-tree-page4-chunk16": dict(
+        speculative_algorithm="NGRAM",
+        speculative_ngram_max_bfs_breadth=4,
+        speculative_num_draft_tokens=6,
+        page_size=4,
+        chunked_prefill_size=16,
+    ),
     # The target drafting for itself ("SELF": the fixture puts in the model path).
     "spec-standalone-chunk16": dict(
         speculative_algorithm="STANDALONE",

@@ -150,6 +150,7 @@ class SpecSection:
     draft_model_path: Optional[str]
     ngram_min_window: int
     ngram_max_window: int
+    ngram_max_breadth: int = 1  # NGRAM: continuations per draft tree (1: a chain)
 
     @property
     def max_drafts(self) -> int:
@@ -165,4 +166,5 @@ class SpecSection:
             draft_model_path=sa.speculative_draft_model_path,
             ngram_min_window=sa.speculative_ngram_min_match_window_size,
             ngram_max_window=sa.speculative_ngram_max_match_window_size,
+            ngram_max_breadth=sa.speculative_ngram_max_bfs_breadth,
         )

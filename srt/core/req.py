@@ -127,6 +127,7 @@ class Req:
         # how far the draft model's KV is valid, and the counts reported in meta_info.
         self.spec_state: Any = None
         self.spec_drafts: List[int] = []
+        self.spec_tree: Any = None  # this step's DraftTree when the drafts branch (None: a chain)
         self.draft_kv_len = 0
         self.spec_verify_ct = 0
         self.spec_drafted = 0

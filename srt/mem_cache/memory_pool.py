@@ -160,3 +160,11 @@ class MHATokenToKVPool:
             v = (v / vs if vs != 1.0 else v).to(self.dtype)
         self.k_buffer[layer_id][loc] = k
         self.v_buffer[layer_id][loc] = v
+
+    def move_kv(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+        """Copy the KV of slots `src` into slots `dst` in every layer (raw, scales unchanged). All
+        sources are read before any destination is written, so the two may overlap."""
+        src = src.to(self.device, non_blocking=True)
+        dst = dst.to(self.device, non_blocking=True)
+        for buf in (*self.k_buffer, *self.v_buffer):
+            buf[dst] = buf[src]

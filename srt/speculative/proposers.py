@@ -18,6 +18,7 @@ from sglang.srt.configs.sections import SpecSection
 from sglang.srt.core.forward_batch_info import build_decode_batch, build_extend_batch
 from sglang.srt.core.req import Req
 from sglang.srt.speculative.draft_sampling import choose_drafts, draft_info
+from sglang.srt.speculative.draft_tree import DraftTree
 from sglang.srt.speculative.ngram_proposer import NgramIndex
 
 if TYPE_CHECKING:
@@ -35,13 +36,24 @@ class NgramProposer:
             index = r.spec_state
             if index is None:
                 index = r.spec_state = NgramIndex(
-                    self.spec.ngram_min_window, self.spec.ngram_max_window
+                    self.spec.ngram_min_window,
+                    self.spec.ngram_max_window,
+                    history=self.spec.ngram_max_breadth > 1,
                 )
             n = len(index.tokens)
             index.extend(r.origin_input_ids[n:] if n < len(r.origin_input_ids) else [])
             out_start = max(len(index.tokens) - len(r.origin_input_ids), 0)
             index.extend(r.output_ids[out_start:])
-            r.spec_drafts = _grammar_prefix(r, index.propose(b)) if b > 0 else []
+            r.spec_tree = None
+            if b <= 0:
+                r.spec_drafts = []
+            elif self.spec.ngram_max_breadth > 1 and r.grammar is None:
+                # A trie of several continuations (a grammar's masks are built for chains only).
+                tree = DraftTree.from_paths(index.propose_paths(b, self.spec.ngram_max_breadth), b)
+                r.spec_drafts = tree.tokens
+                r.spec_tree = None if tree.is_chain() else tree
+            else:
+                r.spec_drafts = _grammar_prefix(r, index.propose(b))
         return [len(r.spec_drafts) for r in reqs]
 
     def draft(self, reqs: List[Req], num_drafts: List[int], prefix_lens: List[int]):
@@ -54,6 +66,7 @@ class NgramProposer:
 
     def on_verified(self, req: Req, accepted: int, num_drafts: int, prefix_len: int) -> None:
         req.spec_drafts = []
+        req.spec_tree = None
 
 
 def _grammar_prefix(req: Req, drafts: List[int]) -> List[int]:

@@ -27,6 +27,7 @@ from sglang.srt.layers.sampler import (
     row_hash,
 )
 from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
+from sglang.srt.speculative.draft_tree import depths_of
 from sglang.srt.utils.device_copy import to_device, to_host_async
 
 # Salts of the per-row uniforms (the plain sampler's own noise, unsalted, draws the emitted token).
@@ -36,18 +37,27 @@ DRAFT_SALT = 0x68E31DA4
 
 @dataclass
 class VerifyLayout:
-    """Where each request's rows are: rows [starts[r], starts[r] + 1 + num_drafts[r])."""
+    """Where each request's rows are: rows [starts[r], starts[r] + 1 + num_drafts[r]). parents:
+    None when every request's drafts are a chain; else per request the parent row of each of its
+    rows (local indices, -1 for the pending token), a draft tree (draft_tree.py)."""
 
     starts: List[int]
     num_drafts: List[int]
+    parents: Optional[List[List[int]]] = None
 
     @classmethod
-    def of(cls, num_drafts: List[int]) -> "VerifyLayout":
+    def of(cls, num_drafts: List[int], parents: Optional[List[List[int]]] = None) -> "VerifyLayout":
         starts, s = [], 0
         for k in num_drafts:
             starts.append(s)
             s += 1 + k
-        return cls(starts, list(num_drafts))
+        return cls(starts, list(num_drafts), parents)
+
+    def depths(self) -> List[List[int]]:
+        """Per request, the depth of each row (the chain's row index when there is no tree)."""
+        if self.parents is None:
+            return [list(range(1 + k)) for k in self.num_drafts]
+        return [depths_of(par) for par in self.parents]
 
     @property
     def num_rows(self) -> int:
@@ -61,6 +71,9 @@ class VerifyOutput:
     accept_lens: List[int]  # drafts accepted
     tokens: List[List[int]]  # accepted drafts + the one drawn after them
     invalid: List[bool]  # a row had nothing samplable (NaN logits)
+    # Draft trees: per request the local rows of the accepted drafts, by depth (a chain's are
+    # 1..accept_len, and then this is None).
+    paths: Optional[List[List[int]]] = None
     logprobs: Optional[List[List[float]]] = None  # raw logprob of each emitted token
     top_logprobs_val: Optional[List[List[List[float]]]] = None
     top_logprobs_idx: Optional[List[List[List[int]]]] = None
@@ -180,6 +193,7 @@ class PendingVerify:
         self.logprobs: Optional[torch.Tensor] = None
         self.top_val: Optional[torch.Tensor] = None
         self.top_idx: Optional[torch.Tensor] = None
+        self.on_path: Optional[torch.Tensor] = None  # draft trees: [R] rows on the accepted path
         self.event: Optional[torch.cuda.Event] = None
         self._out: Optional[VerifyOutput] = None
 
@@ -200,20 +214,30 @@ class PendingVerify:
         ids_h, acc_h, last_h = self.ids.tolist(), self.accept_lens.tolist(), self.last_tok.tolist()
         dead_h = self.dead.tolist()
         out = VerifyOutput(accept_lens=acc_h, tokens=[], invalid=[])
-        for r, s in enumerate(self.layout.starts):
-            a = acc_h[r]
-            out.tokens.append(ids_h[s + 1 : s + 1 + a] + [last_h[r]])
-            out.invalid.append(any(dead_h[s : s + a + 1]))
+        # The rows each request emits from, in order: the pending token's and the accepted drafts'.
+        emit_rows: List[List[int]] = []
+        if self.on_path is None:
+            for r, s in enumerate(self.layout.starts):
+                emit_rows.append(list(range(s, s + acc_h[r] + 1)))
+        else:
+            path_h = self.on_path.tolist()
+            out.paths = []
+            for r, s in enumerate(self.layout.starts):
+                rows = [j for j in range(s, s + 1 + self.layout.num_drafts[r]) if path_h[j]]
+                emit_rows.append(rows)
+                out.paths.append([j - s for j in rows[1:]])
+        for r, rows in enumerate(emit_rows):
+            out.tokens.append([ids_h[j] for j in rows[1:]] + [last_h[r]])
+            out.invalid.append(any(dead_h[j] for j in rows))
         if self.logprobs is not None:
             lp = self.logprobs.tolist()
             tv = self.top_val.tolist() if self.top_val is not None else None
             ti = self.top_idx.tolist() if self.top_idx is not None else None
             out.logprobs, out.top_logprobs_val, out.top_logprobs_idx = [], [], []
-            for r, s in enumerate(self.layout.starts):
-                n = acc_h[r] + 1
-                out.logprobs.append(lp[s : s + n])
-                out.top_logprobs_val.append(tv[s : s + n] if tv is not None else [])
-                out.top_logprobs_idx.append(ti[s : s + n] if ti is not None else [])
+            for rows in emit_rows:
+                out.logprobs.append([lp[j] for j in rows])
+                out.top_logprobs_val.append([tv[j] for j in rows] if tv is not None else [])
+                out.top_logprobs_idx.append([ti[j] for j in rows] if ti is not None else [])
         return out
 
 

@@ -16,7 +16,7 @@ pytestmark = [
 _rid = itertools.count()
 
 
-def _run(path, prompts, **kw):
+def _run(path, prompts, setup=None, **kw):
     from sglang.srt.core.io_struct.to_scheduler import TokenizedGenerateReqInput
     from sglang.srt.core.sampling_params import SamplingParams
     from sglang.srt.managers.scheduler.scheduler import Scheduler
@@ -33,6 +33,8 @@ def _run(path, prompts, **kw):
         **kw,
     )
     sched = Scheduler(sa, None)
+    if setup is not None:
+        setup(sched)
     reqs = []
     for ids in prompts:
         sp = SamplingParams(max_new_tokens=24, temperature=0.0, ignore_eos=True)
@@ -91,3 +93,30 @@ def test_eagle_greedy_tokens_identical_on_cuda(tiny_ckpts, tmp_path, variant):
     )
     plain, _, _ = _run(path, prompts, dtype="float32")
     assert spec == plain
+
+
+def test_draft_trees_on_cuda(tiny_ckpts):
+    """Tree verify passes (extend-shaped, the Triton kernel's tree mask) on the device: NGRAM
+    trees, and an oracle whose right continuation is always a later branch (its KV is moved into
+    place after each verdict), both token-identical to plain decoding (fp32: no near-tie flips)."""
+    from test_spec_trees import BranchOracle, branching_prompts
+
+    path = tiny_ckpts["llama"]
+    prompts = branching_prompts()
+    plain, _, _ = _run(path, prompts, dtype="float32")
+    tree_kw = dict(
+        dtype="float32",
+        speculative_algorithm="NGRAM",
+        speculative_ngram_max_bfs_breadth=4,
+        speculative_num_draft_tokens=8,
+    )
+    spec, _, sched = _run(path, prompts, **tree_kw)
+    assert spec == plain
+    ref = {tuple(p): out for p, out in zip(prompts, plain)}
+
+    def oracle(s):
+        s.spec.proposer = BranchOracle(ref, s.spec.vocab)
+
+    spec, accepted, sched = _run(path, prompts, setup=oracle, **tree_kw)
+    assert spec == plain
+    assert sched.spec.num_tree_passes > 0 and accepted > 2 * len(prompts)

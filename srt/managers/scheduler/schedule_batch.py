@@ -26,6 +26,7 @@ from sglang.srt.mem_cache.common import (
     page_need,
     release_kv_cache,
 )
+from sglang.srt.speculative.draft_tree import ancestor_mask, depths_of
 from sglang.srt.utils.device_copy import to_device
 
 RETRACT_DECODE_STEPS = 20
@@ -55,6 +56,9 @@ class ScheduleBatch:
         self.spec_num_drafts: List[int] = []
         self.verify_input_ids: List[int] = []
         self.draft_probs: Optional[torch.Tensor] = None
+        # Per request the parent row of each verify row (-1: the pending token) when some
+        # request's drafts are a tree; None when all are chains.
+        self.spec_parents: Optional[List[List[int]]] = None
 
     # ------------------------------------------------------------------ basics
     def is_empty(self) -> bool:
@@ -303,6 +307,42 @@ class ScheduleBatch:
         return fb
 
     def _verify_forward_batch(self) -> ForwardBatch:
+        if self.spec_parents is not None:
+            return self._tree_verify_forward_batch()
+        return self._chain_verify_forward_batch()
+
+    def _tree_verify_forward_batch(self) -> ForwardBatch:
+        """Draft trees: one extend pass over each request's pending token and draft nodes, each at
+        position cur + its depth, attending to the prefix and its own ancestors (the tree mask).
+        Node j's KV goes to the slot at table position cur + j; the accepted path's KV is moved to
+        its positions after the verdict (SpecDecoder)."""
+        rows = [r.req_pool_idx for r in self.reqs]
+        fb = build_extend_batch(
+            self.verify_input_ids,
+            self.prefix_lens,
+            self.extend_lens,
+            rows,
+            self.out_cache_loc,
+            self.device,
+            ForwardMode.TARGET_VERIFY,
+        )
+        positions, masks, starts, off = [], [], [], 0
+        for c, par in zip(self.prefix_lens, self.spec_parents):
+            positions.extend(c + d for d in depths_of(par))
+            starts.append(off)
+            off += len(par) * len(par)
+            masks.extend(ancestor_mask(par))
+        fb.positions = to_device(torch.tensor(positions, dtype=torch.int64), self.device)
+        fb.spec_tree_mask = to_device(torch.tensor(masks, dtype=torch.uint8), self.device)
+        fb.spec_tree_mask_starts_cpu = starts
+        fb.spec_tree_mask_starts = to_device(torch.tensor(starts, dtype=torch.int64), self.device)
+        # prepare_for_verify wrote the host mirror only (a decode pass writes its own device table).
+        table_rows = [r for r, e in zip(rows, self.extend_lens) for _ in range(e)]
+        table_pos = [c + j for c, e in zip(self.prefix_lens, self.extend_lens) for j in range(e)]
+        self.req_to_token_pool.write_batch(table_rows, table_pos, self.out_cache_loc)
+        return fb
+
+    def _chain_verify_forward_batch(self) -> ForwardBatch:
         """The verify pass as a decode batch of one row per token: row j of a request is its token
         at position cur + j, attending to the request's KV up to and including that position. Each
         layer stores every row's KV before any row attends, so this is exactly the causal verify;

@@ -33,6 +33,8 @@ from sglang.srt.managers.scheduler.schedule_batch import ScheduleBatch
 from sglang.srt.managers.scheduler.scheduler_state import KVPools, LaunchedBatch, SchedulerState
 from sglang.srt.mem_cache.common import evict_for
 from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
+from sglang.srt.speculative.draft_tree import DraftTree
+from sglang.srt.speculative.tree_verify import launch_tree_verify
 from sglang.srt.speculative.verify import (
     PendingVerify,
     VerifyLayout,
@@ -65,7 +67,10 @@ class SpecDecoder:
         self.vocab = model_runner.vocab_size
         self.device = model_runner.device
         self._unsent: List[Req] = []  # processed, not yet streamed
-        self.launch_verify = launch_verify  # per decoder: a benchmark may wrap its verdicts
+        self.num_tree_passes = 0  # verify passes with a draft tree (the rest verify chains)
+        # Per decoder: a benchmark may wrap its verdicts.
+        self.launch_verify = launch_verify
+        self.launch_tree_verify = launch_tree_verify
 
     # ------------------------------------------------------------------ building
     def update_running_batch(self) -> Optional[ScheduleBatch]:
@@ -88,6 +93,8 @@ class SpecDecoder:
         batch.verify_input_ids, batch.draft_probs = self.proposer.draft(
             batch.reqs, ks, batch.prefix_lens
         )
+        batch.spec_parents = _tree_parents(batch.reqs, ks)
+        self.num_tree_passes += batch.spec_parents is not None
         return batch
 
     def _draft_budget(self, r: Req) -> int:
@@ -111,7 +118,7 @@ class SpecDecoder:
         overlap loop the host goes on (intake, the next prefill) while the pass runs. submit: the
         CPU overlap loop's forward worker (None: queue on the device stream now)."""
         fb = batch.to_forward_batch()
-        layout = VerifyLayout.of(batch.spec_num_drafts)
+        layout = VerifyLayout.of(batch.spec_num_drafts, batch.spec_parents)
         row_reqs = [r for r, k in zip(batch.reqs, batch.spec_num_drafts) for _ in range(1 + k)]
         capture = self.proposer.capture
         fb.capture_hidden = capture
@@ -126,6 +133,10 @@ class SpecDecoder:
 
         def check(logits: torch.Tensor) -> PendingVerify:
             with torch.no_grad():
+                if layout.parents is not None:
+                    return self.launch_tree_verify(
+                        logits, fb.input_ids, layout, info, top, batch.return_logprob
+                    )
                 return self.launch_verify(
                     logits,
                     fb.input_ids,
@@ -161,17 +172,30 @@ class SpecDecoder:
     def _row_info(self, batch: ScheduleBatch, layout: VerifyLayout, row_reqs: List[Req]):
         info = SamplingBatchInfo.from_reqs(row_reqs, self.vocab, self.device)
         # The plain sampler keys its noise by the 1-based index of the token it draws (output
-        # length + the token in flight); row j of a request draws token len(output) + j + 1.
+        # length + the token in flight); a row at depth j draws token len(output) + j + 1.
         steps = [
             len(r.output_ids) + 1 + j
-            for r, k in zip(batch.reqs, layout.num_drafts)
-            for j in range(1 + k)
+            for r, depths in zip(batch.reqs, layout.depths())
+            for j in depths
         ]
         info.steps = to_device(torch.tensor(steps, dtype=torch.int64), self.device)
         self.grammar.attach_verify_masks(
             batch.reqs, layout.starts, batch.verify_input_ids, layout.num_drafts, info
         )
         return info
+
+    def _move_path_kv(self, req: Req, cur: int, path: List[int]) -> None:
+        """A tree's accepted node at depth d holds its KV at table position cur + (its row); the
+        sequence needs it at cur + d. Copy it there (rows never precede their depth, and all
+        sources are read before any destination is written)."""
+        moves = [(row, d) for d, row in enumerate(path, start=1) if row != d]
+        if not moves:
+            return
+        pool = self.pools.req_to_token_pool
+        slots = pool.read(req.req_pool_idx, cur, cur + 1 + max(row for row, _ in moves))
+        src = slots[[row for row, _ in moves]]
+        dst = slots[[d for _, d in moves]]
+        self.runner.token_to_kv_pool.move_kv(dst, src)
 
     # ------------------------------------------------------------------ results
     def process(self, launched: LaunchedBatch, results: ResultProcessor) -> None:
@@ -231,6 +255,8 @@ class SpecDecoder:
             )
         req.spec_accept_hist[accepted] += 1
         self.proposer.on_verified(req, accepted, k, cur)
+        if out.paths is not None:
+            self._move_path_kv(req, cur, out.paths[i])
         # KV is valid for the pending token and the accepted drafts; never past the sequence.
         keep = min(cur + 1 + accepted, req.seqlen())
         if req.finished():
@@ -239,3 +265,17 @@ class SpecDecoder:
         else:
             batch.trim_verify_allocation(req, keep)
         return n
+
+
+def _tree_parents(reqs: List[Req], num_drafts: List[int]) -> Optional[List[List[int]]]:
+    """Per request the parent row of each verify row, when some request's drafts are a tree."""
+    if all(r.spec_tree is None for r in reqs):
+        return None
+    out = []
+    for r, k in zip(reqs, num_drafts):
+        tree = r.spec_tree if r.spec_tree is not None else DraftTree.chain(r.spec_drafts)
+        assert tree.num_nodes >= k
+        out.append(tree.row_parents()[: 1 + k])  # a breadth-first prefix is still a tree
+    if all(p == j - 1 for par in out for j, p in enumerate(par)):
+        return None  # the trees were cut back to chains (no room for drafts)
+    return out
