@@ -14,6 +14,7 @@ masks). Logprob requests are fine: decode logprobs come from the sampler, not th
 from __future__ import annotations
 
 import bisect
+import gc
 import logging
 import time
 from typing import Callable, Dict, List, Optional
@@ -187,6 +188,16 @@ class CudaGraphRunner:
         return self.runner.model.forward(fb.input_ids, fb.positions, fb)
 
     def _capture_all(self) -> None:
+        # No garbage collection while capturing: collecting an earlier pass's pinned buffers or
+        # events mid-capture records on the default stream, which invalidates the capture.
+        gc.collect()
+        gc.disable()
+        try:
+            self._capture_sizes()
+        finally:
+            gc.enable()
+
+    def _capture_sizes(self) -> None:
         is_cuda = torch.device(self.device).type == "cuda"
         pool = torch.cuda.graph_pool_handle() if is_cuda else None
         stream = torch.cuda.Stream() if is_cuda else None

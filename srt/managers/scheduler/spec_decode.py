@@ -68,6 +68,8 @@ class SpecDecoder:
         self.device = model_runner.device
         self._unsent: List[Req] = []  # processed, not yet streamed
         self.num_tree_passes = 0  # verify passes with a draft tree (the rest verify chains)
+        self._moves_src: List[int] = []  # this pass's KV moves of accepted tree nodes
+        self._moves_dst: List[int] = []
         # Per decoder: a benchmark may wrap its verdicts.
         self.launch_verify = launch_verify
         self.launch_tree_verify = launch_tree_verify
@@ -184,18 +186,26 @@ class SpecDecoder:
         )
         return info
 
-    def _move_path_kv(self, req: Req, cur: int, path: List[int]) -> None:
+    def _path_moves(self, req: Req, cur: int, path: List[int]) -> None:
         """A tree's accepted node at depth d holds its KV at table position cur + (its row); the
-        sequence needs it at cur + d. Copy it there (rows never precede their depth, and all
-        sources are read before any destination is written)."""
+        sequence needs it at cur + d. Queue that copy (rows never precede their depth)."""
         moves = [(row, d) for d, row in enumerate(path, start=1) if row != d]
         if not moves:
             return
-        pool = self.pools.req_to_token_pool
-        slots = pool.read(req.req_pool_idx, cur, cur + 1 + max(row for row, _ in moves))
-        src = slots[[row for row, _ in moves]]
-        dst = slots[[d for _, d in moves]]
-        self.runner.token_to_kv_pool.move_kv(dst, src)
+        slots = self.pools.req_to_token_pool.read(
+            req.req_pool_idx, cur, cur + 1 + max(row for row, _ in moves)
+        ).tolist()
+        self._moves_src.extend(slots[row] for row, _ in moves)
+        self._moves_dst.extend(slots[d] for _, d in moves)
+
+    def _flush_moves(self) -> None:
+        """One copy for the whole pass, before any later pass reads those slots (all sources are
+        read before any destination is written, so moves may chain)."""
+        if self._moves_src:
+            src = torch.tensor(self._moves_src, dtype=torch.int64)
+            dst = torch.tensor(self._moves_dst, dtype=torch.int64)
+            self._moves_src, self._moves_dst = [], []
+            self.runner.token_to_kv_pool.move_kv(dst, src)
 
     # ------------------------------------------------------------------ results
     def process(self, launched: LaunchedBatch, results: ResultProcessor) -> None:
@@ -207,6 +217,7 @@ class SpecDecoder:
         try:
             for i, req in enumerate(launched.reqs):
                 emitted += self._apply(batch, i, req, out, results)
+            self._flush_moves()
         finally:
             allocator.free_group_end()
         launched.num_tokens = emitted
@@ -256,7 +267,7 @@ class SpecDecoder:
         req.spec_accept_hist[accepted] += 1
         self.proposer.on_verified(req, accepted, k, cur)
         if out.paths is not None:
-            self._move_path_kv(req, cur, out.paths[i])
+            self._path_moves(req, cur, out.paths[i])
         # KV is valid for the pending token and the accepted drafts; never past the sequence.
         keep = min(cur + 1 + accepted, req.seqlen())
         if req.finished():
