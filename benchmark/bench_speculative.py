@@ -155,7 +155,11 @@ def make_scheduler(args, model_path: str, spec: bool):
         random_seed=1,
     )
     if spec:
-        kw.update(speculative_algorithm="NGRAM", speculative_num_draft_tokens=args.num_draft_tokens)
+        kw.update(
+            speculative_algorithm="NGRAM",
+            speculative_num_draft_tokens=args.num_draft_tokens,
+            speculative_ngram_max_bfs_breadth=args.tree_breadth,
+        )
     return Scheduler(ServerArgs(**kw), None)
 
 

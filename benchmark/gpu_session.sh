@@ -231,11 +231,11 @@ if has long_ctx; then
     --hf-cells ${LONG_HF:-} --kv-cache-dtype ${LONG_KV:-auto} --result-file "$OUT/long_ctx.jsonl"
 fi
 if has spec_tree; then
-  # Draft trees (issue 26): the GPU tests (tree verify passes, the kernel's tree mask), then chains
-  # against trees with the same 8 rows per request (7 nodes: the oracle's chain of 4 and 3 wrong
-  # siblings of its first draft; tree passes run eagerly, chains replay the decode graphs).
+  # Draft trees (issue 26): the GPU tests (tree verify passes), then chains against trees with the
+  # same 8 rows per request (7 nodes: the oracle's chain of 4 and 3 wrong siblings of its first
+  # draft); both replay the decode graphs.
   stage gpu_tests 200 python3 -m pytest test/gpu/test_speculative_gpu.py \
-    test/gpu/test_triton_kernels.py -k "speculative or tree or extend" -q -p no:cacheprovider -rfE
+    -q -p no:cacheprovider -rfE
   TREE=(--model-config llama3-8b --batch-size 1 8 32 64 --accept 0.9 1.0 --num-draft-tokens 8)
   [[ ${SMOKE:-0} == 1 ]] && TREE=(--model-config tiny-llama --batch-size 1 4 --accept 1.0 --input-len 32
         --output-len 16 --max-total-tokens 4096 --num-draft-tokens 8)

@@ -265,9 +265,9 @@ class ServerArgs:
     )
     speculative_ngram_max_bfs_breadth: int = _f(
         1,
-        "NGRAM: most continuations per draft tree, each window's latest match one (1: a chain, "
-        "verified as a decode batch under CUDA graphs; more: a tree, verified by an eager pass "
-        "with a tree mask).",
+        "NGRAM: most continuations per draft tree (1: a chain). Tree nodes verify as decode "
+        "rows under CUDA graphs, each reading the request table through a row of its own "
+        "(max_running_requests x num_draft_tokens extra rows of context length).",
     )
 
     # ---- kernels and graphs ----

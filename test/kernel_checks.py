@@ -219,14 +219,10 @@ def check_extend(
     k_scale: float = 1.0,
     v_scale: float = 1.0,
     seed: int = 0,
-    tree: bool = False,
 ) -> float:
-    """tree: each request's new tokens form a random draft tree (ancestor mask) instead of a
-    causal run, as a tree verify pass."""
     gen = torch.Generator().manual_seed(seed)
     v_dim = v_dim or head_dim
     seq_lens = [p + e for p, e in zip(prefix_lens, extend_lens)]
-    tree_kw = _random_tree_masks(extend_lens, gen, device) if tree else {}
     # New tokens' pool slots stay NaN: the kernel must take their K/V from k_extend / v_extend.
     pb = make_paged_batch(
         seq_lens, num_kv_heads, head_dim, v_dim, dtype, device, gen, cached_lens=prefix_lens
@@ -256,7 +252,6 @@ def check_extend(
         sm_scale,
         logit_cap,
         config=config,
-        **tree_kw,
     )
     ref = extend_attention_ref(
         q,
@@ -271,24 +266,8 @@ def check_extend(
         start,
         sm_scale,
         logit_cap,
-        **tree_kw,
     )
     return rel_err(o, ref)
-
-
-def _random_tree_masks(extend_lens: Sequence[int], gen: torch.Generator, device: str) -> dict:
-    """Flat uint8 ancestor masks of random trees (node i's parent drawn from 0..i-1)."""
-    from sglang.srt.speculative.draft_tree import ancestor_mask
-
-    flat, starts = [], []
-    for e in extend_lens:
-        par = [-1] + [int(torch.randint(0, i, (1,), generator=gen)) for i in range(1, e)]
-        starts.append(len(flat))
-        flat.extend(ancestor_mask(par))
-    return dict(
-        tree_mask=torch.tensor(flat, dtype=torch.uint8, device=device),
-        tree_mask_start=torch.tensor(starts, dtype=torch.int64, device=device),
-    )
 
 
 def check_rmsnorm(
@@ -776,17 +755,6 @@ def extend_cases(full: bool) -> List[tuple]:
             "extend fp16 ratio4 D128",
             lambda s: check_extend([30, 0], [20, 37], 4, 1, 128, dtype=torch.float16, seed=s),
             1e-2,
-        ),
-        # Draft trees (a verify pass): ancestor masks over the new tokens, multi-tile at 16 x 16.
-        (
-            "extend tree ratio4 D64",
-            lambda s: check_extend([40, 3, 0], [8, 37, 5], 4, 1, 64, tree=True, seed=s),
-        ),
-        (
-            "extend tree CUDA tiles (M64 N32)",
-            lambda s: check_extend(
-                [70, 9], [70, 33], 2, 1, 64, config=dict(BLOCK_M=64, BLOCK_N=32), tree=True, seed=s
-            ),
         ),
     ]
     if full:

@@ -1,4 +1,5 @@
-"""Draft trees: several continuations per request checked in one verify pass (tree mask).
+"""Draft trees: several continuations per request checked in one verify pass (one decode row
+per node, each reading the request's prefix and its own ancestors through a scratch table row).
 
 Units: the trie a tree is built from, NGRAM's continuations per window, the tree verdict (greedy
 path choice; on a chain it equals the chain verdict; sampled, each token comes out with exactly
@@ -213,7 +214,13 @@ class BranchOracle:
 
 @pytest.mark.parametrize("kw", [dict(), dict(page_size=4), dict(disable_overlap_schedule=True)])
 def test_accepted_later_branches_keep_tokens_and_kv(tiny_models, plain_branching, kw):
-    sched = make(tiny_models, speculative_algorithm="NGRAM", speculative_num_draft_tokens=5, **kw)
+    sched = make(
+        tiny_models,
+        speculative_algorithm="NGRAM",
+        speculative_num_draft_tokens=5,
+        speculative_ngram_max_bfs_breadth=2,  # the tree nodes' table rows
+        **kw,
+    )
     ref = {tuple(p): g["ids"] for p, g in zip(branching_prompts(), plain_branching)}
     sched.spec.proposer = BranchOracle(ref, sched.spec.vocab)
     moves = []

@@ -65,6 +65,8 @@ class MemorySection:
     draft_model_path: Optional[str] = None
     # The draft model's own runner: exactly max_total_tokens slots (the target's slot numbers).
     exact_pool: bool = False
+    # Draft trees: request-table rows per running request for the tree nodes' attention views.
+    tree_rows_per_request: int = 0
 
     @staticmethod
     def of(sa: ServerArgs) -> "MemorySection":
@@ -79,6 +81,11 @@ class MemorySection:
                 sa.speculative_draft_model_path
                 if sa.speculative_algorithm == "STANDALONE"
                 else None
+            ),
+            tree_rows_per_request=(
+                sa.speculative_num_draft_tokens
+                if sa.speculative_algorithm == "NGRAM" and sa.speculative_ngram_max_bfs_breadth > 1
+                else 0
             ),
         )
 

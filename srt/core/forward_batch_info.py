@@ -3,8 +3,7 @@
 EXTEND runs new tokens of each request against its cached prefix (prefill, chunked prefill);
 DECODE runs one token per request; MIXED is an extend batch whose tail rows are decode requests
 (extend length 1), used by --enable-mixed-chunk; TARGET_VERIFY is speculative decoding's step, whose
-pass runs as a decode batch with one row per verified token (draft chains) or as an extend batch
-with a tree mask (draft trees).
+pass runs as a decode batch with one row per verified token.
 """
 
 from __future__ import annotations
@@ -23,9 +22,8 @@ class ForwardMode(IntEnum):
     DECODE = auto()
     MIXED = auto()
     # Speculative decoding: the scheduler's step that checks each request's pending token and
-    # drafts. Its forward pass is a DECODE batch of one row per token when every request's drafts
-    # are a chain, and an extend-shaped TARGET_VERIFY batch with a tree mask when some are a tree
-    # (ScheduleBatch builds either); both give logits at every row.
+    # drafts. Its forward pass is a DECODE batch of one row per token (ScheduleBatch builds it;
+    # a draft tree's rows read the request table through rows of their own, one per node).
     TARGET_VERIFY = auto()
 
     def is_extend(self) -> bool:
@@ -89,12 +87,6 @@ class ForwardBatch:
     # concatenated. Returned in LogitsProcessorOutput.hidden_states; such a pass is never replayed
     # from a CUDA graph.
     capture_hidden: Optional[Tuple[int, ...]] = None
-    # TARGET_VERIFY of draft trees (an extend-shaped pass): the new tokens of request i attend
-    # to one another through an [n_i, n_i] ancestor mask (1: attend), flattened row-major into one uint8
-    # tensor; request i's starts at spec_tree_mask_starts[i] (device) / _cpu (host).
-    spec_tree_mask: Optional[torch.Tensor] = None
-    spec_tree_mask_starts: Optional[torch.Tensor] = None
-    spec_tree_mask_starts_cpu: Optional[List[int]] = None
     # Decode: the device block [positions; req_pool_indices; seq_lens; out_cache_loc] ([4, bs] int64)
     # that those four fields are views of, so the graph runner copies it in one go.
     decode_packed: Optional[torch.Tensor] = None

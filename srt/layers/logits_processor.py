@@ -35,7 +35,7 @@ class LogitsProcessor:
         self, hidden: torch.Tensor, lm_head, forward_batch: ForwardBatch
     ) -> LogitsProcessorOutput:
         mode = forward_batch.forward_mode
-        if mode.is_decode() or mode.is_target_verify():  # every row is judged
+        if mode.is_decode():
             last = hidden
         else:
             last_idx = forward_batch.extend_start_loc + forward_batch.extend_seq_lens - 1

@@ -16,12 +16,16 @@ from sglang.srt.utils.device_copy import to_device
 
 
 class ReqToTokenPool:
-    def __init__(self, size: int, max_context_len: int, device: str):
+    def __init__(self, size: int, max_context_len: int, device: str, scratch_rows: int = 0):
+        """scratch_rows: device-only rows after the requests' (from scratch_base on) that draft
+        tree verify passes fill, one per tree node (the request's prefix, then the node's path)."""
         self.size = size
         self.max_context_len = max_context_len
         self.device = device
+        self.scratch_base = size + 1
+        self.num_scratch = scratch_rows
         self.req_to_token = torch.zeros(
-            (size + 1, max_context_len), dtype=torch.int32, device=device
+            (size + 1 + scratch_rows, max_context_len), dtype=torch.int32, device=device
         )
         if torch.device(device).type == "cpu":
             self.req_to_token_cpu = self.req_to_token
@@ -83,6 +87,11 @@ class ReqToTokenPool:
         """req_to_token[rows[i], positions[i]] = slots[i] from tensors already on the table's device
         (the host mirror is not touched; on the CPU they are the same tensor)."""
         self.req_to_token[rows, positions] = slots.to(torch.int32)
+
+    def copy_prefixes(self, dst_rows: torch.Tensor, src_rows: torch.Tensor, length: int) -> None:
+        """Device table: dst_rows[i][:length] = src_rows[i][:length] (tensors on the device)."""
+        if length > 0 and dst_rows.numel():
+            self.req_to_token[dst_rows, :length] = self.req_to_token[src_rows, :length]
 
     def record_decode_slots(
         self, rows: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor

@@ -197,7 +197,10 @@ class ModelRunner:
     def _init_pools(self) -> None:
         cfg = self.model_config
         self.req_to_token_pool = ReqToTokenPool(
-            self.max_running_requests, cfg.context_len + 4, self.device
+            self.max_running_requests,
+            cfg.context_len + 4,
+            self.device,
+            scratch_rows=self.max_running_requests * self.memory_section.tree_rows_per_request,
         )
         self.token_to_kv_pool = MHATokenToKVPool(
             self.max_total_num_tokens,

@@ -96,7 +96,8 @@ def test_eagle_greedy_tokens_identical_on_cuda(tiny_ckpts, tmp_path, variant):
 
 
 def test_draft_trees_on_cuda(tiny_ckpts):
-    """Tree verify passes (extend-shaped, the Triton kernel's tree mask) on the device: NGRAM
+    """Tree verify passes (one decode row per node through its scratch table row, under the
+    decode CUDA graphs) on the device: NGRAM
     trees, and an oracle whose right continuation is always a later branch (its KV is moved into
     place after each verdict), both token-identical to plain decoding (fp32: no near-tie flips)."""
     from test_spec_trees import BranchOracle, branching_prompts
@@ -120,3 +121,4 @@ def test_draft_trees_on_cuda(tiny_ckpts):
     spec, accepted, sched = _run(path, prompts, setup=oracle, **tree_kw)
     assert spec == plain
     assert sched.spec.num_tree_passes > 0 and accepted > 2 * len(prompts)
+    assert sched.model_runner.graph_runner.num_replays > 0

@@ -74,8 +74,6 @@ EXTEND_CASES = {
     "ratio3 D80 cap": ([64, 0], [300, 77], 24, 8, 80, dict(logit_cap=30.0)),
     "MHA D128": ([500, 3], [260, 900], 16, 16, 128, {}),
     "D256": ([100], [300], 8, 2, 256, {}),
-    # A draft tree's verify pass: 8-node trees over long prefixes (ancestor masks).
-    "llama3-8b draft trees": ([4096, 100, 32768], [8, 8, 16], 32, 8, 128, dict(tree=True)),
 }
 
 

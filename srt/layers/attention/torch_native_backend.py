@@ -49,11 +49,6 @@ class TorchNativeAttnBackend(AttentionBackend):
             vv = _kv_dtype(v_buf[slots], q.dtype, pool.v_scale[layer.layer_id]).transpose(0, 1)
             qq = q[start : start + ext].transpose(0, 1)
             mask = torch.ones((ext, seq), dtype=torch.bool, device=q.device).tril(diagonal=prefix)
-            if forward_batch.spec_tree_mask is not None:  # a draft tree: ancestors only
-                m0 = forward_batch.spec_tree_mask_starts_cpu[i]
-                mask[:, prefix:] = (
-                    forward_batch.spec_tree_mask[m0 : m0 + ext * ext].view(ext, ext) != 0
-                )
             o = F.scaled_dot_product_attention(
                 qq.unsqueeze(0),
                 kk.unsqueeze(0),

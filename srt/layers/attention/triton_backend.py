@@ -197,8 +197,6 @@ class TritonAttnBackend(AttentionBackend):
             layer.logit_cap,
             k_scale=pool.k_scale[lid],
             v_scale=pool.v_scale[lid],
-            tree_mask=fb.spec_tree_mask,
-            tree_mask_start=fb.spec_tree_mask_starts,
         )
         return o.view(-1, H * Dv)
 

@@ -26,7 +26,7 @@ from sglang.srt.mem_cache.common import (
     page_need,
     release_kv_cache,
 )
-from sglang.srt.speculative.draft_tree import ancestor_mask, depths_of
+from sglang.srt.speculative.draft_tree import depths_of
 from sglang.srt.utils.device_copy import to_device
 
 RETRACT_DECODE_STEPS = 20
@@ -312,35 +312,43 @@ class ScheduleBatch:
         return self._chain_verify_forward_batch()
 
     def _tree_verify_forward_batch(self) -> ForwardBatch:
-        """Draft trees: one extend pass over each request's pending token and draft nodes, each at
-        position cur + its depth, attending to the prefix and its own ancestors (the tree mask).
-        Node j's KV goes to the slot at table position cur + j; the accepted path's KV is moved to
-        its positions after the verdict (SpecDecoder)."""
-        rows = [r.req_pool_idx for r in self.reqs]
-        fb = build_extend_batch(
-            self.verify_input_ids,
-            self.prefix_lens,
-            self.extend_lens,
-            rows,
-            self.out_cache_loc,
-            self.device,
-            ForwardMode.TARGET_VERIFY,
-        )
-        positions, masks, starts, off = [], [], [], 0
-        for c, par in zip(self.prefix_lens, self.spec_parents):
-            positions.extend(c + d for d in depths_of(par))
-            starts.append(off)
-            off += len(par) * len(par)
-            masks.extend(ancestor_mask(par))
-        fb.positions = to_device(torch.tensor(positions, dtype=torch.int64), self.device)
-        fb.spec_tree_mask = to_device(torch.tensor(masks, dtype=torch.uint8), self.device)
-        fb.spec_tree_mask_starts_cpu = starts
-        fb.spec_tree_mask_starts = to_device(torch.tensor(starts, dtype=torch.int64), self.device)
-        # prepare_for_verify wrote the host mirror only (a decode pass writes its own device table).
-        table_rows = [r for r, e in zip(rows, self.extend_lens) for _ in range(e)]
+        """Draft trees, as a decode batch too: node j of a request is a row that reads the request
+        table through a scratch row of its own, holding the request's prefix and then, at cur + d
+        for each depth d, the slot of the node's ancestor at that depth (itself last). Node j's KV
+        goes to the slot at the request's table position cur + j; after the verdict the accepted
+        branch's KV is moved to its positions (SpecDecoder)."""
+        pool = self.req_to_token_pool
+        loc = self.out_cache_loc.tolist()
+        rows, seq_lens, src_rows = [], [], []
+        path_rows, path_pos, path_slots = [], [], []
+        off = 0
+        for r, c, par in zip(self.reqs, self.prefix_lens, self.spec_parents):
+            depth = depths_of(par)
+            for j in range(len(par)):
+                row = pool.scratch_base + off + j
+                rows.append(row)
+                seq_lens.append(c + depth[j] + 1)
+                src_rows.append(r.req_pool_idx)
+                a = j
+                while a >= 0:
+                    path_rows.append(row)
+                    path_pos.append(c + depth[a])
+                    path_slots.append(loc[off + a])
+                    a = par[a]
+            off += len(par)
+        assert off <= pool.num_scratch, "draft tree rows exceed the scratch rows"
+        # The request rows get the nodes' slots at cur..cur+n-1 on the device too (prepare_for_verify
+        # wrote the host mirror): the accepted branch is read from there once moved into place.
+        table_rows = [r.req_pool_idx for r, e in zip(self.reqs, self.extend_lens) for _ in range(e)]
         table_pos = [c + j for c, e in zip(self.prefix_lens, self.extend_lens) for j in range(e)]
-        self.req_to_token_pool.write_batch(table_rows, table_pos, self.out_cache_loc)
-        return fb
+        pool.write_batch(table_rows, table_pos, self.out_cache_loc)
+        dev = pool.req_to_token.device
+        idx = to_device(torch.tensor([rows, src_rows], dtype=torch.int64), dev)
+        pool.copy_prefixes(idx[0], idx[1], max(self.prefix_lens))
+        path = to_device(torch.tensor([path_rows, path_pos, path_slots], dtype=torch.int64), dev)
+        pool.write_device(path[0], path[1], path[2])
+        ids = torch.tensor(self.verify_input_ids, dtype=torch.int64)
+        return build_decode_batch(ids, seq_lens, rows, self.out_cache_loc, self.device)
 
     def _chain_verify_forward_batch(self) -> ForwardBatch:
         """The verify pass as a decode batch of one row per token: row j of a request is its token

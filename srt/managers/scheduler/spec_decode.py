@@ -8,7 +8,10 @@ drafts plus one token, the slots after the kept ones go back, and the tokens are
 time through the usual finish rules (a stop string or EOS inside the accepted run ends the request
 there). When the pool cannot hold every
 request's verify slots, the step runs without drafts; when it cannot hold even that, requests are
-retracted as in plain decode.
+retracted as in plain decode. NGRAM may propose a draft tree instead of a chain (draft_tree.py):
+its nodes get slots at positions cur..cur+k in breadth-first order, each node runs as a decode row
+that sees the prefix and its own ancestors (ScheduleBatch), the verdict follows the tree
+(tree_verify.py), and the accepted branch's KV is copied to the positions it now holds.
 
 Under the overlap loop drafting needs the last pass's tokens on the host, so the scheduler processes
 every pass in flight before it plans a verify pass; what still overlaps the pass on the device is

@@ -68,8 +68,6 @@ def _extend_attention_kernel(
     SeqLens,
     ExtLens,
     ExtStart,
-    TreeMask,
-    TreeMaskStart,
     sm_scale,
     logit_cap,
     prefix_k_scale,
@@ -99,7 +97,6 @@ def _extend_attention_kernel(
     SLOT_INT64: tl.constexpr,
     SCALED_PREFIX: tl.constexpr,
     DOT_PREC: tl.constexpr,
-    TREE: tl.constexpr,
 ):
     h = tl.program_id(0)
     # Last query blocks see the most keys: launch them first so the tail of the grid is short.
@@ -165,9 +162,8 @@ def _extend_attention_kernel(
                 qk, v, m_i, l_i, acc, q.dtype, prefix_v_scale, SCALED_PREFIX, DOT_PREC
             )
 
-        # Phase 2a: new-token keys entirely below this query block: no mask at all (a draft
-        # tree masks every new-token key, so it does all of them in phase 2b).
-        full_end = 0 if TREE else (m_start // BLOCK_N) * BLOCK_N
+        # Phase 2a: new-token keys entirely below this query block: no mask at all.
+        full_end = (m_start // BLOCK_N) * BLOCK_N
         for n0 in range(0, full_end, BLOCK_N):
             offs = n0 + offs_n
             k = tl.load(
@@ -199,14 +195,6 @@ def _extend_attention_kernel(
             qk = tl.dot(q, k.to(q.dtype), input_precision=DOT_PREC) * sm_scale
             qk = _soft_cap(qk, logit_cap, HAS_CAP)
             causal = mask_n[None, :] & (offs[None, :] <= offs_m[:, None])
-            if TREE:  # the request's [ext_len, ext_len] ancestor mask, row-major
-                tree_base = TreeMask + tl.load(TreeMaskStart + b).to(tl.int64)
-                allowed = tl.load(
-                    tree_base + offs_m[:, None] * ext_len + offs[None, :],
-                    mask=mask_m[:, None] & mask_n[None, :],
-                    other=0,
-                )
-                causal = causal & (allowed != 0)
             qk = tl.where(causal, qk * 1.4426950408889634, float("-inf"))
             v = tl.load(
                 vx_base + offs[:, None] * stride_vt + offs_dv[None, :],
@@ -260,8 +248,6 @@ def extend_attention_fwd(
     config: Optional[dict] = None,
     k_scale: float = 1.0,
     v_scale: float = 1.0,
-    tree_mask: Optional[torch.Tensor] = None,
-    tree_mask_start: Optional[torch.Tensor] = None,
 ) -> None:
     """Prefix + causal attention for the new tokens of a batch; writes o_extend [N, H, Dv] in place.
 
@@ -271,9 +257,7 @@ def extend_attention_fwd(
     extend length (it only sizes the grid). `config` overrides the launch config (BLOCK_M, BLOCK_N,
     num_warps, num_stages) for tuning sweeps. k_buffer / v_buffer may be float8_e4m3fn holding
     K / k_scale and V / v_scale: prefix tiles are widened in registers and the scales applied to the
-    logits and to P.V (new tokens come unscaled from k_extend / v_extend). tree_mask (bool, flat)
-    and tree_mask_start ([bs] int64): a draft tree's verify pass, where new token i of request b
-    also needs tree_mask[tree_mask_start[b] + i * ext_len + j] to see new token j.
+    logits and to P.V (new tokens come unscaled from k_extend / v_extend).
     """
     num_tokens, num_heads, head_dim = q_extend.shape
     num_kv_heads = k_extend.shape[1]
@@ -311,8 +295,6 @@ def extend_attention_fwd(
         seq_lens,
         extend_seq_lens,
         extend_start_loc,
-        tree_mask if tree_mask is not None else extend_seq_lens,  # unread without TREE
-        tree_mask_start if tree_mask_start is not None else extend_start_loc,
         sm_scale,
         logit_cap,
         sm_scale * k_scale,
@@ -342,7 +324,6 @@ def extend_attention_fwd(
         SLOT_INT64=slot_int64,
         SCALED_PREFIX=v_scale != 1.0,
         DOT_PREC="ieee" if q_extend.dtype == torch.float32 else "tf32",
-        TREE=tree_mask is not None,
         num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"],
     )
@@ -363,8 +344,6 @@ def extend_attention_ref(
     logit_cap: float = 0.0,
     k_scale: float = 1.0,
     v_scale: float = 1.0,
-    tree_mask: Optional[torch.Tensor] = None,
-    tree_mask_start: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """Torch twin of extend_attention_fwd in fp32; returns [N, H, Dv] float32 (per-request loop)."""
     num_tokens, num_heads, _ = q_extend.shape
@@ -372,14 +351,11 @@ def extend_attention_ref(
     out = torch.zeros(
         (num_tokens, num_heads, v_extend.shape[2]), dtype=torch.float32, device=q_extend.device
     )
-    starts = tree_mask_start.tolist() if tree_mask is not None else None
-    for b, (row, n, e, s) in enumerate(
-        zip(
-            req_pool_indices.tolist(),
-            seq_lens.tolist(),
-            extend_seq_lens.tolist(),
-            extend_start_loc.tolist(),
-        )
+    for row, n, e, s in zip(
+        req_pool_indices.tolist(),
+        seq_lens.tolist(),
+        extend_seq_lens.tolist(),
+        extend_start_loc.tolist(),
     ):
         if e == 0:
             continue
@@ -399,9 +375,6 @@ def extend_attention_ref(
             torch.arange(p + e, device=k.device)[None, :]
             <= (p + torch.arange(e, device=k.device))[:, None]
         )
-        if tree_mask is not None:
-            m0 = starts[b]
-            allowed[:, p:] &= tree_mask[m0 : m0 + e * e].view(e, e).to(allowed.device) != 0
         logits = logits.masked_fill(~allowed[None], float("-inf"))
         out[s : s + e] = torch.einsum("hmn,nhd->mhd", torch.softmax(logits, dim=-1), v)
     return out
