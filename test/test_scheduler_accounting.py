@@ -67,6 +67,22 @@ POOL = 192
 _rid = itertools.count()
 
 
+def _scheduler(model: str, **cfg) -> Scheduler:
+    """The tiny model in the tiny pool, strict checks on; cfg overrides."""
+    sa = ServerArgs(
+        model_path=model,
+        tokenizer_path=model,
+        **{
+            "max_total_tokens": POOL,
+            "max_running_requests": 6,
+            "grammar_backend": "none",
+            "strict_memory_check": True,
+            **cfg,
+        },
+    )
+    return Scheduler(sa, None)
+
+
 @pytest.fixture(scope="module")
 def schedulers(tiny_models):
     cache = {}
@@ -76,16 +92,7 @@ def schedulers(tiny_models):
             cfg = dict(CONFIGS[name])
             if cfg.get("speculative_draft_model_path") == "SELF":
                 cfg["speculative_draft_model_path"] = tiny_models["llama"]
-            sa = ServerArgs(
-                model_path=tiny_models["llama"],
-                tokenizer_path=tiny_models["llama"],
-                max_total_tokens=POOL,
-                max_running_requests=6,
-                grammar_backend="none",
-                strict_memory_check=True,
-                **cfg,
-            )
-            cache[name] = Scheduler(sa, None)
+            cache[name] = _scheduler(tiny_models["llama"], **cfg)
         return cache[name]
 
     return get
@@ -233,16 +240,9 @@ def test_row_freed_while_its_pass_is_in_flight_keeps_its_next_owner(tiny_models)
     the row the next owner now holds: every other request's tokens equal the plain loop's."""
 
     def make(overlap: bool) -> Scheduler:
-        sa = ServerArgs(
-            model_path=tiny_models["llama"],
-            tokenizer_path=tiny_models["llama"],
-            max_total_tokens=POOL,
-            max_running_requests=1,
-            grammar_backend="none",
-            strict_memory_check=True,
-            disable_overlap_schedule=not overlap,
+        return _scheduler(
+            tiny_models["llama"], max_running_requests=1, disable_overlap_schedule=not overlap
         )
-        return Scheduler(sa, None)
 
     specs = [
         dict(stem=0, stem_len=0, tail=[100, 101, 102, 100, 101], max_new=30, arrive=0, abort_at=2),

@@ -18,7 +18,7 @@ import pytest
 import torch
 from test_speculative import _greedy_info, make, repetitive_prompts, run_batch
 
-from sglang.srt.speculative.draft_tree import DraftTree, ancestor_mask, depths_of
+from sglang.srt.speculative.draft_tree import DraftTree, depths_of
 from sglang.srt.speculative.ngram_proposer import NgramIndex
 from sglang.srt.speculative.tree_verify import launch_tree_verify
 from sglang.srt.speculative.verify import VerifyLayout, launch_verify
@@ -38,14 +38,8 @@ def test_tree_from_paths_is_a_breadth_first_trie_cut_to_size():
     assert DraftTree.from_paths([], 8).tokens == []
 
 
-def test_ancestor_mask_and_depths():
-    par = [-1, 0, 0, 1, 1, 3]
-    m = ancestor_mask(par)
-    n = len(par)
-    rows = [[int(m[i * n + j]) for j in range(n)] for i in range(n)]
-    assert rows[5] == [1, 1, 0, 1, 0, 1]  # 5 -> 3 -> 1 -> 0
-    assert rows[2] == [1, 0, 1, 0, 0, 0]
-    assert depths_of(par) == [0, 1, 1, 2, 2, 3]
+def test_depths_of_row_parents():
+    assert depths_of([-1, 0, 0, 1, 1, 3]) == [0, 1, 1, 2, 2, 3]
 
 
 def test_ngram_paths_walk_every_earlier_occurrence_longest_window_first():

@@ -25,17 +25,15 @@ class DraftTree:
     def from_paths(cls, paths: Sequence[Sequence[int]], max_nodes: int) -> "DraftTree":
         """The trie of `paths` (most likely first), cut to its first `max_nodes` nodes in
         breadth-first order; a node's children keep the order in which the paths first reached them."""
-        children: List[dict] = [{}]  # node -> {token: child node}, in trie-build order
-        node_tok: List[int] = [-1]
+        children: List[dict] = [{}]  # trie node -> {token: child node}, in trie-build order
         for path in paths:
             at = 0
             for tok in path:
                 nxt = children[at].get(tok)
                 if nxt is None:
-                    nxt = len(node_tok)
+                    nxt = len(children)
                     children[at][tok] = nxt
                     children.append({})
-                    node_tok.append(tok)
                 at = nxt
         tokens: List[int] = []
         parents: List[int] = []
@@ -77,16 +75,3 @@ def depths_of(row_parents: Sequence[int]) -> List[int]:
         if p >= 0:
             d[i] = d[p] + 1
     return d
-
-
-def ancestor_mask(row_parents: Sequence[int]) -> List[bool]:
-    """Row-major [n, n]: entry (i, j) is True when row i attends to row j (j is i or one of its
-    ancestors)."""
-    n = len(row_parents)
-    out = [False] * (n * n)
-    for i in range(n):
-        j = i
-        while j >= 0:
-            out[i * n + j] = True
-            j = row_parents[j]
-    return out

@@ -17,18 +17,13 @@ from typing import List
 
 import torch
 
-from sglang.srt.layers.sampler import (
-    _nan_to_neg_inf,
-    apply_logit_adjustments,
-    bits_to_uniform,
-    race_argmax_torch,
-    row_hash,
-)
+from sglang.srt.layers.sampler import bits_to_uniform, race_argmax_torch, row_hash
 from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
 from sglang.srt.speculative.verify import (
     ACCEPT_SALT,
     PendingVerify,
     VerifyLayout,
+    judged_logits,
     target_probs,
 )
 from sglang.srt.utils.device_copy import to_device, to_host_async
@@ -70,14 +65,7 @@ def launch_tree_verify(
     output position each row predicts). Device work only: no host sync."""
     R, dev = logits.shape[0], logits.device
     B = len(layout.starts)
-    logits = logits.float()
-    raw_lp = torch.log_softmax(logits, dim=-1) if return_logprob else None
-    logits = logits.clone() if return_logprob else logits
-    apply_logit_adjustments(logits, info)
-    logits = _nan_to_neg_inf(logits)
-    best, greedy_pick = logits.max(dim=-1)
-    dead = best == float("-inf")
-    greedy_pick = torch.where(dead, torch.zeros_like(greedy_pick), greedy_pick)
+    logits, raw_lp, greedy_pick, dead = judged_logits(logits, info, return_logprob)
 
     host = torch.tensor(_structure(layout), dtype=torch.int64)
     parent, first, rank, depth, row_req, root = to_device(host, dev).unbind(0)
@@ -110,7 +98,7 @@ def launch_tree_verify(
     ok_ex = torch.cumsum(okc, dim=0) - okc
     chosen = ok & (ok_ex - ok_ex[first] == 0)
     on_path = root.clone()
-    for _ in range(max((max(d) for d in layout.depths()), default=0)):
+    for _ in range(int(host[3].max()) if R else 0):  # the deepest row's depth
         on_path = root | (chosen & on_path[parent])
     # Rows of a request are breadth-first: the last row on its path is the deepest.
     rows = torch.arange(R, device=dev)
@@ -128,9 +116,6 @@ def launch_tree_verify(
         nxt = torch.zeros(R, dtype=torch.int64, device=dev)
         nxt.index_put_((parent,), torch.where(on_path & ~root, ids, 0), accumulate=True)
         emitted = torch.where(rows == final_row[row_req], last_tok[row_req], nxt)
-        pending.logprobs = to_host_async(raw_lp.gather(1, emitted.unsqueeze(1)).squeeze(1))
-        if top_logprobs_num > 0:
-            v, i = raw_lp.topk(min(top_logprobs_num, raw_lp.shape[-1]), dim=-1)
-            pending.top_val, pending.top_idx = to_host_async(v), to_host_async(i)
+        pending.queue_logprobs(raw_lp, emitted, top_logprobs_num)
     pending.mark_copies_queued(dev)
     return pending

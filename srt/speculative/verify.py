@@ -93,6 +93,21 @@ def row_uniforms(info: SamplingBatchInfo, salt: int) -> torch.Tensor:
     return bits_to_uniform(row_hash(info.seeds ^ salt, info.steps))
 
 
+def judged_logits(logits: torch.Tensor, info: SamplingBatchInfo, return_logprob: bool):
+    """The rows' logits as the sampler sees them (float, penalties and masks applied, NaN as
+    -inf), the raw log-softmax for logprobs (None without), each row's argmax and whether a row
+    has nothing samplable (its argmax is then 0)."""
+    logits = logits.float()
+    raw_lp = torch.log_softmax(logits, dim=-1) if return_logprob else None
+    logits = logits.clone() if return_logprob else logits
+    apply_logit_adjustments(logits, info)
+    logits = _nan_to_neg_inf(logits)
+    best, greedy_pick = logits.max(dim=-1)
+    dead = best == float("-inf")
+    greedy_pick = torch.where(dead, torch.zeros_like(greedy_pick), greedy_pick)
+    return logits, raw_lp, greedy_pick, dead
+
+
 def launch_verify(
     logits: torch.Tensor,
     verify_ids: torch.Tensor,
@@ -109,14 +124,7 @@ def launch_verify(
     Only device work is queued (no host sync): the overlap loop builds its next batch meanwhile."""
     R = logits.shape[0]
     dev = logits.device
-    logits = logits.float()
-    raw_lp = torch.log_softmax(logits, dim=-1) if return_logprob else None
-    logits = logits.clone() if return_logprob else logits
-    apply_logit_adjustments(logits, info)
-    logits = _nan_to_neg_inf(logits)
-    best, greedy_pick = logits.max(dim=-1)
-    dead = best == float("-inf")
-    greedy_pick = torch.where(dead, torch.zeros_like(greedy_pick), greedy_pick)
+    logits, raw_lp, greedy_pick, dead = judged_logits(logits, info, return_logprob)
 
     # The draft each row judges: the input token of the next row of the same request.
     k = to_device(torch.tensor(layout.num_drafts, dtype=torch.int64), dev)
@@ -169,10 +177,7 @@ def launch_verify(
         # Row j of a request emits its next row's input while j < accept_len, then last_tok; the
         # rows after that emit nothing (the host drops them).
         emitted = torch.where(local < accept_lens[row_req], draft, last_tok[row_req])
-        pending.logprobs = to_host_async(raw_lp.gather(1, emitted.unsqueeze(1)).squeeze(1))
-        if top_logprobs_num > 0:
-            v, i = raw_lp.topk(min(top_logprobs_num, raw_lp.shape[-1]), dim=-1)
-            pending.top_val, pending.top_idx = to_host_async(v), to_host_async(i)
+        pending.queue_logprobs(raw_lp, emitted, top_logprobs_num)
     pending.mark_copies_queued(dev)
     return pending
 
@@ -196,6 +201,13 @@ class PendingVerify:
         self.on_path: Optional[torch.Tensor] = None  # draft trees: [R] rows on the accepted path
         self.event: Optional[torch.cuda.Event] = None
         self._out: Optional[VerifyOutput] = None
+
+    def queue_logprobs(self, raw_lp: torch.Tensor, emitted: torch.Tensor, top: int) -> None:
+        """Copies of each row's raw logprob of the token it emits, and of its top `top`."""
+        self.logprobs = to_host_async(raw_lp.gather(1, emitted.unsqueeze(1)).squeeze(1))
+        if top > 0:
+            v, i = raw_lp.topk(min(top, raw_lp.shape[-1]), dim=-1)
+            self.top_val, self.top_idx = to_host_async(v), to_host_async(i)
 
     def mark_copies_queued(self, device: torch.device) -> None:
         """The copies are all queued: on CUDA an event behind them tells when the host has them."""

@@ -339,9 +339,9 @@ class ScheduleBatch:
         assert off <= pool.num_scratch, "draft tree rows exceed the scratch rows"
         # The request rows get the nodes' slots at cur..cur+n-1 on the device too (prepare_for_verify
         # wrote the host mirror): the accepted branch is read from there once moved into place.
-        table_rows = [r.req_pool_idx for r, e in zip(self.reqs, self.extend_lens) for _ in range(e)]
-        table_pos = [c + j for c, e in zip(self.prefix_lens, self.extend_lens) for j in range(e)]
-        pool.write_batch(table_rows, table_pos, self.out_cache_loc)
+        path_rows += [r.req_pool_idx for r, e in zip(self.reqs, self.extend_lens) for _ in range(e)]
+        path_pos += [c + j for c, e in zip(self.prefix_lens, self.extend_lens) for j in range(e)]
+        path_slots += loc
         dev = pool.req_to_token.device
         idx = to_device(torch.tensor([rows, src_rows], dtype=torch.int64), dev)
         pool.copy_prefixes(idx[0], idx[1], max(self.prefix_lens))
