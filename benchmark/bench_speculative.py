@@ -96,7 +96,7 @@ class OracleProposer:
             self.paths.append(rows[:a])
         return ids, None
 
-    def on_verified(self, req, accepted, num_drafts, prefix_len):
+    def on_verified(self, req, accepted, num_drafts, prefix_len, path=None):
         req.spec_drafts, req.spec_tree = [], None
 
 

@@ -248,8 +248,9 @@ class ServerArgs:
     )
     speculative_eagle_topk: Optional[int] = _f(
         None,
-        "Candidates kept per draft step; 1 (a chain) is built for draft models (NGRAM: see "
-        "--speculative-ngram-max-bfs-breadth).",
+        "A draft model's candidates per tree node and per step (1: a chain). Above 1 the "
+        "draft grows a tree of --speculative-num-draft-tokens - 1 nodes over "
+        "--speculative-num-steps steps (NGRAM: see --speculative-ngram-max-bfs-breadth).",
     )
     speculative_num_draft_tokens: Optional[int] = _f(
         None, "Tokens per request in one verify pass, the pending token included (default 4)."
@@ -478,11 +479,10 @@ class ServerArgs:
             self.speculative_num_steps is not None and self.speculative_num_steps >= 0,
             "--speculative-num-steps must be >= 0",
         )
+        topk = self.speculative_eagle_topk
         need(
-            self.speculative_eagle_topk == 1 or self.speculative_algorithm == "NGRAM",
-            f"--speculative-eagle-topk {self.speculative_eagle_topk}: draft trees from a draft "
-            "model are not built (topk 1, a chain, is; NGRAM builds trees with "
-            "--speculative-ngram-max-bfs-breadth)",
+            topk is not None and 1 <= topk <= 16,
+            f"--speculative-eagle-topk must be in [1, 16], got {topk}",
         )
         algo = self.speculative_algorithm
         if algo in ("STANDALONE", "EAGLE", "EAGLE3"):
@@ -490,11 +490,21 @@ class ServerArgs:
                 self.speculative_draft_model_path is not None,
                 f"--speculative-algorithm {algo} needs --speculative-draft-model-path",
             )
-            need(
-                self.speculative_num_draft_tokens == self.speculative_num_steps + 1,
-                f"{algo} drafts a chain: --speculative-num-draft-tokens must be "
-                "--speculative-num-steps + 1",
-            )
+            steps = self.speculative_num_steps
+            if topk == 1:
+                need(
+                    self.speculative_num_draft_tokens == steps + 1,
+                    f"{algo} with --speculative-eagle-topk 1 drafts a chain: "
+                    "--speculative-num-draft-tokens must be --speculative-num-steps + 1",
+                )
+            elif topk is not None and n is not None and steps is not None:
+                most = topk + max(steps - 1, 0) * topk * topk
+                need(
+                    steps >= 1 and n - 1 <= most,
+                    f"--speculative-num-draft-tokens {n}: a tree of --speculative-num-steps "
+                    f"{steps} steps with --speculative-eagle-topk {topk} has at most {most} "
+                    "drafts (plus the pending token)",
+                )
         lo = self.speculative_ngram_min_match_window_size
         hi = self.speculative_ngram_max_match_window_size
         need(1 <= lo <= hi <= 64, "NGRAM windows need 1 <= min <= max <= 64")

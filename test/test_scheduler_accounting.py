@@ -55,6 +55,15 @@ CONFIGS = {
         speculative_draft_model_path="SELF",
         chunked_prefill_size=16,
     ),
+    # A draft model's tree search (scratch rows and slots) under retraction in the tiny pool.
+    "spec-standalone-tree-page4": dict(
+        speculative_algorithm="STANDALONE",
+        speculative_draft_model_path="SELF",
+        speculative_eagle_topk=2,
+        speculative_num_steps=3,
+        speculative_num_draft_tokens=6,
+        page_size=4,
+    ),
     "overlap-hicache-selective-mixed-smallhost": dict(
         enable_hierarchical_cache=True,
         hicache_write_policy="write_through_selective",

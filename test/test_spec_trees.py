@@ -6,7 +6,9 @@ path choice; on a chain it equals the chain verdict; sampled, each token comes o
 the target's probability, by a chi-square test). Through the real scheduler: NGRAM trees and an
 oracle that puts the right continuation on a later branch give the plain run's tokens, on the
 overlap and plain loops and with pages, with the accepted branch's KV moved into place and no slot
-leaked (the invariants run after every step).
+leaked (the invariants run after every step). Draft-model trees (a draft model or an EAGLE head
+with topk > 1): the search keeps the best-scored nodes with their parents; STANDALONE and EAGLE
+trees give the plain run's tokens.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ from typing import List
 
 import pytest
 import torch
-from test_speculative import _greedy_info, make, repetitive_prompts, run_batch
+from test_speculative import _eagle_head, _greedy_info, make, repetitive_prompts, run_batch
 
+from sglang.srt.server_args import ServerArgs
 from sglang.srt.speculative.draft_tree import DraftTree, depths_of
 from sglang.srt.speculative.ngram_proposer import NgramIndex
+from sglang.srt.speculative.tree_search import TreeSearch, tree_capacity
 from sglang.srt.speculative.tree_verify import launch_tree_verify
 from sglang.srt.speculative.verify import VerifyLayout, launch_verify
 
@@ -202,7 +206,7 @@ class BranchOracle:
             ids.extend(r.spec_drafts[:k])
         return ids, None
 
-    def on_verified(self, req, accepted, num_drafts, prefix_len):
+    def on_verified(self, req, accepted, num_drafts, prefix_len, path=None):
         req.spec_drafts, req.spec_tree = [], None
 
 
@@ -226,3 +230,81 @@ def test_accepted_later_branches_keep_tokens_and_kv(tiny_models, plain_branching
     # Each verify accepted the whole right branch: 3 drafts (4 tokens) per pass near the cap.
     assert sum(g["accepted"] for g in got) >= 2 * sum(g["verify"] for g in got)
     assert sum(moves) > 0
+
+
+# ---------------------------------------------------------------------------- draft-model trees
+def test_tree_search_keeps_the_best_nodes_with_their_parents():
+    s = TreeSearch(topk=2, budget=4)
+    s.grow([[-0.1, -2.0]], [[5, 6]])  # depth 1: 5 (-0.1), 6 (-2.0)
+    assert s.frontier == [0, 1]
+    s.grow([[-0.2, -0.3], [-0.1, -0.5]], [[7, 8], [9, 10]])
+    # depth 2: 5-7 (-0.3), 5-8 (-0.4), 6-9 (-2.1), 6-10 (-2.5); frontier = the two best
+    assert s.frontier == [2, 3]
+    s.grow([[-5.0, -6.0], [-0.05, -9.0]], [[11, 12], [13, 14]])
+    # best four overall: 5 (-0.1), 5-7 (-0.3), 5-8 (-0.4), 5-8-13 (-0.45)
+    tree = s.tree()
+    assert tree.tokens == [5, 7, 8, 13]
+    assert tree.row_parents() == [-1, 0, 1, 1, 3]
+    assert tree_capacity(2, 3) == 2 + 2 * 4
+
+
+def test_tree_search_ties_keep_parents_first():
+    s = TreeSearch(topk=2, budget=3)
+    s.grow([[0.0, 0.0]], [[1, 2]])
+    s.grow([[0.0, 0.0], [0.0, 0.0]], [[3, 4], [5, 6]])
+    tree = s.tree()  # every score 0: earlier nodes win, so parents come before children
+    assert tree.tokens == [1, 2, 3] and tree.row_parents() == [-1, 0, 0, 1]
+
+
+DRAFT_TREE = dict(speculative_eagle_topk=3, speculative_num_steps=3, speculative_num_draft_tokens=7)
+
+
+@pytest.mark.parametrize(
+    "draft,kw",
+    [
+        ("self", dict()),
+        ("self", dict(disable_overlap_schedule=True)),
+        ("random", dict(page_size=4, chunked_prefill_size=32)),
+    ],
+    ids=["self-overlap", "self-plain-loop", "random-page4-chunked"],
+)
+def test_draft_model_trees_match_plain_decoding(tiny_models, plain_branching, draft, kw):
+    path = tiny_models["qwen2"] if draft == "random" else tiny_models["llama"]
+    sched = make(
+        tiny_models,
+        speculative_algorithm="STANDALONE",
+        speculative_draft_model_path=path,
+        **DRAFT_TREE,
+        **kw,
+    )
+    got = run_batch(sched, branching_prompts(), MAX_NEW)
+    assert [g["ids"] for g in got] == [p["ids"] for p in plain_branching]
+    assert sched.spec.num_tree_passes > 0
+    if draft == "self":
+        # The target's own greedy path is the draft's top-1 path; it is in the tree unless better
+        # scored siblings crowd it out, so most drafts on it are accepted.
+        verify = sum(g["verify"] for g in got)
+        assert sum(g["accepted"] for g in got) >= 1.2 * verify, got
+
+
+@pytest.mark.parametrize("variant", ["EAGLE", "EAGLE3"])
+def test_eagle_trees_match_plain_decoding(tiny_models, plain_branching, tmp_path, variant):
+    path = _eagle_head(tiny_models, tmp_path, variant)
+    sched = make(
+        tiny_models, speculative_algorithm=variant, speculative_draft_model_path=path, **DRAFT_TREE
+    )
+    got = run_batch(sched, branching_prompts(), MAX_NEW)
+    assert [g["ids"] for g in got] == [p["ids"] for p in plain_branching]
+    assert sched.spec.num_tree_passes > 0
+
+
+def test_tree_arguments_are_checked():
+    with pytest.raises(ValueError, match="at most 6 drafts"):
+        ServerArgs(
+            model_path="x",
+            speculative_algorithm="STANDALONE",
+            speculative_draft_model_path="d",
+            speculative_eagle_topk=2,
+            speculative_num_steps=2,
+            speculative_num_draft_tokens=8,
+        )

@@ -432,16 +432,22 @@ def sample_second_tokens(path: str, n: int, **kw) -> List[Tuple[int, int]]:
     return [(r.output_ids[1], r.output_ids[2]) for r in reqs]
 
 
-@pytest.mark.parametrize("algo", ["NGRAM", "STANDALONE", "EAGLE3"])
+@pytest.mark.parametrize(
+    "algo", ["NGRAM", "STANDALONE", "EAGLE3", "STANDALONE-tree", "EAGLE3-tree"]
+)
 def test_sampled_tokens_follow_the_target_distribution(small_vocab_models, tmp_path, algo):
     """The tokens speculation emits are distributed as plain sampling's: a chi-square test on the
-    first two speculated positions (the prefill's token is shared)."""
+    first two speculated positions (the prefill's token is shared). -tree: the draft grows a
+    tree (topk 3), judged by the sibling rule with point-mass drafts."""
     from scipy.stats import chi2_contingency
 
     target, draft = small_vocab_models
     n = 600
     plain = sample_second_tokens(target, n)
-    kw = dict(speculative_algorithm=algo)
+    kw = dict(speculative_algorithm=algo.removesuffix("-tree"))
+    if algo.endswith("-tree"):
+        kw.update(speculative_eagle_topk=3, speculative_num_steps=2, speculative_num_draft_tokens=6)
+    algo = kw["speculative_algorithm"]
     if algo == "STANDALONE":
         kw["speculative_draft_model_path"] = draft
     if algo == "EAGLE3":  # a random head over 10 of the 16 tokens: sampled drafts, rejections

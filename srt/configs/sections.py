@@ -67,6 +67,8 @@ class MemorySection:
     exact_pool: bool = False
     # Draft trees: request-table rows per running request for the tree nodes' attention views.
     tree_rows_per_request: int = 0
+    # KV slots past the allocator's (never handed out): a draft model's tree nodes while drafting.
+    scratch_slots: int = 0
 
     @staticmethod
     def of(sa: ServerArgs) -> "MemorySection":
@@ -82,12 +84,18 @@ class MemorySection:
                 if sa.speculative_algorithm == "STANDALONE"
                 else None
             ),
-            tree_rows_per_request=(
-                sa.speculative_num_draft_tokens
-                if sa.speculative_algorithm == "NGRAM" and sa.speculative_ngram_max_bfs_breadth > 1
-                else 0
-            ),
+            tree_rows_per_request=_tree_rows_per_request(sa),
         )
+
+
+def _tree_rows_per_request(sa: ServerArgs) -> int:
+    """A row per verify row of a tree, and per frontier node of a draft model's tree search."""
+    algo = sa.speculative_algorithm
+    if algo == "NGRAM" and sa.speculative_ngram_max_bfs_breadth > 1:
+        return sa.speculative_num_draft_tokens
+    if algo is not None and algo != "NGRAM" and (sa.speculative_eagle_topk or 1) > 1:
+        return max(sa.speculative_num_draft_tokens, sa.speculative_eagle_topk)
+    return 0
 
 
 @dataclass(frozen=True)
@@ -158,6 +166,8 @@ class SpecSection:
     ngram_min_window: int
     ngram_max_window: int
     ngram_max_breadth: int = 1  # NGRAM: continuations per draft tree (1: a chain)
+    topk: int = 1  # a draft model's candidates per tree node (1: a chain)
+    num_steps: int = 0  # a draft model's steps per verify pass (the deepest tree node)
 
     @property
     def max_drafts(self) -> int:
@@ -174,4 +184,6 @@ class SpecSection:
             ngram_min_window=sa.speculative_ngram_min_match_window_size,
             ngram_max_window=sa.speculative_ngram_max_match_window_size,
             ngram_max_breadth=sa.speculative_ngram_max_bfs_breadth,
+            topk=sa.speculative_eagle_topk,
+            num_steps=sa.speculative_num_steps,
         )

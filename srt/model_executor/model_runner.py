@@ -202,8 +202,9 @@ class ModelRunner:
             self.device,
             scratch_rows=self.max_running_requests * self.memory_section.tree_rows_per_request,
         )
+        # Scratch slots sit after every slot the allocator can hand out (see scratch_slot_base).
         self.token_to_kv_pool = MHATokenToKVPool(
-            self.max_total_num_tokens,
+            self.max_total_num_tokens + self.memory_section.scratch_slots,
             self.page_size,
             self.kv_dtype,
             cfg.kv_heads_per_rank(self.tp_size),

@@ -209,11 +209,19 @@ class EagleHead(nn.Module):
         return F.linear(target_hidden, self.fc_w, self.fc_b)
 
     def step(
-        self, tokens: torch.Tensor, feature: torch.Tensor, positions: torch.Tensor, kv: EagleKV
+        self,
+        tokens: torch.Tensor,
+        feature: torch.Tensor,
+        positions: torch.Tensor,
+        kv: EagleKV,
+        tree_mask: Optional[torch.Tensor] = None,
     ) -> Tuple[torch.Tensor, torch.Tensor]:
         """One request's next positions: tokens [T], feature [T, H] (each position's token is the
         one that follows its feature's position), positions [T] -> (next features [T, H], logits
-        over the target vocabulary [T, vocab]; tokens outside a draft vocabulary get -inf)."""
+        over the target vocabulary [T, vocab]; tokens outside a draft vocabulary get -inf).
+        tree_mask [T, M] (M >= T): which of the cache's last M entries (these T included) each
+        new position sees, for tree nodes; the entries before them are seen by all (default:
+        causal over the new positions)."""
         c, w = self.c, self.w
         emb = F.embedding(tokens, self.embed)
         if c.variant == EAGLE:
@@ -228,11 +236,17 @@ class EagleHead(nn.Module):
                 ],
                 dim=-1,
             )
-        h = residual + self._attention(attn_in, positions, kv)
+        h = residual + self._attention(attn_in, positions, kv, tree_mask)
         h = h + self._mlp(_rms(h, w["post_attention_layernorm.weight"], c.eps))
         return h, self._logits(h)
 
-    def _attention(self, x: torch.Tensor, positions: torch.Tensor, kv: EagleKV) -> torch.Tensor:
+    def _attention(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        kv: EagleKV,
+        tree_mask: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
         c, w = self.c, self.w
         t = x.shape[0]
         q = F.linear(x, w["self_attn.q_proj.weight"])
@@ -244,6 +258,8 @@ class EagleHead(nn.Module):
         n = keys.shape[0]
         # Causal within the new positions; every cached position is earlier than all of them.
         mask = torch.ones((t, n), dtype=torch.bool, device=x.device).tril(n - t)
+        if tree_mask is not None:
+            mask[:, n - tree_mask.shape[1] :] = tree_mask.to(x.device)
         out = F.scaled_dot_product_attention(
             q.transpose(0, 1),
             keys.transpose(0, 1),

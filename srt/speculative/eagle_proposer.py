@@ -22,6 +22,7 @@ from sglang.srt.configs.sections import SpecSection
 from sglang.srt.core.req import Req
 from sglang.srt.speculative.draft_sampling import choose_drafts, draft_info
 from sglang.srt.speculative.eagle_head import EAGLE, EagleHead, EagleKV
+from sglang.srt.speculative.tree_search import ROOT, TreeSearch, tree_budgets, tree_topk
 from sglang.srt.speculative.verify import VerifyLayout
 
 
@@ -94,12 +95,16 @@ class EagleProposer:
 
     # ------------------------------------------------------------------ drafting
     def plan(self, reqs: List[Req], budgets: List[int]) -> List[int]:
-        return list(budgets)
+        return tree_budgets(self.spec, reqs, budgets)
 
     @torch.no_grad()
     def draft(self, reqs: List[Req], num_drafts: List[int], prefix_lens: List[int]):
         """Verify ids (pending + drafts per request) and the drafts' distributions (None: all
         greedy), as DraftModelProposer.draft."""
+        for r in reqs:
+            r.spec_tree = None
+        if self.spec.topk > 1:
+            return self._draft_trees(reqs, num_drafts, prefix_lens), None
         ids: List[int] = []
         q_rows: List[tuple] = []  # per request: (draft tokens, their distributions or None)
         any_sampled = False
@@ -157,11 +162,70 @@ class EagleProposer:
             feat, last = self.head.step(tok, feat, p, st.kv)
         return toks, qs
 
-    def on_verified(self, req: Req, accepted: int, num_drafts: int, prefix_len: int) -> None:
+    def _draft_trees(self, reqs: List[Req], num_drafts: List[int], prefix_lens: List[int]):
+        ids: List[int] = []
+        for r, k, cur in zip(reqs, num_drafts, prefix_lens):
+            ids.append(r.output_ids[-1])
+            r.spec_drafts = []
+            tree = self._tree_one(r, k, cur) if k > 0 else None
+            if tree is not None:
+                assert tree.num_nodes == k, (tree.num_nodes, k)
+                r.spec_drafts = tree.tokens
+                r.spec_tree = None if tree.is_chain() else tree
+                ids.extend(tree.tokens)
+        return ids
+
+    def _tree_one(self, r: Req, k: int, cur: int):
+        """Grow one request's tree (tree_search.py): each step runs the head on the frontier nodes
+        at once, each seeing the request's cache and its own ancestors among the nodes so far."""
+        st = self._state(r)
+        if st.kv_end + st.feat_len() < cur:
+            return None
+        ran = self._absorb(r, st, cur)
+        if ran is None:
+            return None
+        hidden, logits = ran
+        search = TreeSearch(tree_topk(self.spec, r), k)
+        out_feat = {ROOT: hidden[-1]}  # a node's head output: its children's feature
+        entry: dict = {}  # a node's index among the cache entries drafting appended
+        logprobs = torch.log_softmax(logits[-1:].float(), dim=-1)
+        last = min(self.spec.num_steps, k)
+        for depth in range(1, last + 1):
+            top_v, top_i = logprobs.topk(min(self.spec.topk, self.vocab), dim=-1)
+            search.grow(top_v.tolist(), top_i.tolist())
+            if depth == last:
+                break
+            front = search.frontier
+            for n in front:
+                entry[n] = len(entry)
+            mask = torch.zeros((len(front), len(entry)), dtype=torch.bool)
+            for j, n in enumerate(front):
+                mask[j, [entry[a] for a in search.path(n)]] = True
+            toks = torch.tensor([search.tokens[n] for n in front], device=self.device)
+            feat = torch.stack([out_feat[search.parents[n]] for n in front])
+            pos = torch.full((len(front),), cur + depth - 1, device=self.device)
+            h, lg = self.head.step(toks, feat, pos, st.kv, tree_mask=mask)
+            for j, n in enumerate(front):
+                out_feat[n] = h[j]
+            logprobs = torch.log_softmax(lg.float(), dim=-1)
+        return search.tree()
+
+    def on_verified(
+        self,
+        req: Req,
+        accepted: int,
+        num_drafts: int,
+        prefix_len: int,
+        path: Optional[List[int]] = None,
+    ) -> None:
         st = self._state(req)
         st.truncate_kv(prefix_len)  # the head's KV past the pending token came from draft features
+        req.spec_tree = None
         if st.verify_rows is not None:
-            st.add_features(prefix_len, st.verify_rows[: 1 + accepted])
+            # The verified rows now in the sequence: the pending token's, then the accepted
+            # drafts' (a tree's accepted branch is the path of rows the verdict followed).
+            rows = st.verify_rows[: 1 + accepted] if path is None else st.verify_rows[[0] + path]
+            st.add_features(prefix_len, rows)
             st.verify_rows = None
 
 

@@ -20,6 +20,13 @@ from sglang.srt.core.req import Req
 from sglang.srt.speculative.draft_sampling import choose_drafts, draft_info
 from sglang.srt.speculative.draft_tree import DraftTree
 from sglang.srt.speculative.ngram_proposer import NgramIndex
+from sglang.srt.speculative.tree_search import (
+    TreeSearch,
+    scratch_slots_for,
+    tree_budgets,
+    tree_topk,
+)
+from sglang.srt.utils.device_copy import to_device
 
 if TYPE_CHECKING:
     from sglang.srt.model_executor.model_runner import ModelRunner
@@ -64,7 +71,15 @@ class NgramProposer:
             ids.extend(r.spec_drafts[:k])
         return ids, None
 
-    def on_verified(self, req: Req, accepted: int, num_drafts: int, prefix_len: int) -> None:
+    def on_verified(
+        self,
+        req: Req,
+        accepted: int,
+        num_drafts: int,
+        prefix_len: int,
+        path: Optional[List[int]] = None,
+    ) -> None:
+        """path: the verify rows of the accepted tree branch (None when the pass checked chains)."""
         req.spec_drafts = []
         req.spec_tree = None
 
@@ -106,14 +121,21 @@ class DraftModelProposer:
         self.device = target_runner.device
         self.vocab = target_runner.vocab_size
         self.chunk = chunk or 1 << 30
+        # Tree search's scratch slots: after every slot the target's allocator can hand out.
+        self.scratch_base = target_runner.max_total_num_tokens + target_runner.page_size
 
     def plan(self, reqs: List[Req], budgets: List[int]) -> List[int]:
-        return list(budgets)
+        return tree_budgets(self.spec, reqs, budgets)
 
     @torch.no_grad()
     def draft(self, reqs: List[Req], num_drafts: List[int], prefix_lens: List[int]):
         """Catch the draft's KV up to each pending token, then k - 1 decode steps; returns the verify
-        ids and the draft's distribution behind each draft, on the verify rows that judge them."""
+        ids and the draft's distribution behind each draft, on the verify rows that judge them.
+        With topk > 1, a tree of k nodes per request instead (draft_trees)."""
+        for r in reqs:
+            r.spec_tree = None
+        if self.spec.topk > 1:
+            return self._draft_trees(reqs, num_drafts, prefix_lens)
         active = [i for i, k in enumerate(num_drafts) if k > 0]
         drafts: List[List[int]] = [[] for _ in reqs]
         rows_q: List[Optional[torch.Tensor]] = [None] * len(reqs)
@@ -153,11 +175,63 @@ class DraftModelProposer:
         probs = torch.cat(rows_q, dim=0) if any_q else None
         return ids, probs
 
-    def on_verified(self, req: Req, accepted: int, num_drafts: int, prefix_len: int) -> None:
-        if num_drafts > 0:
+    def on_verified(
+        self,
+        req: Req,
+        accepted: int,
+        num_drafts: int,
+        prefix_len: int,
+        path: Optional[List[int]] = None,
+    ) -> None:
+        if self.spec.topk > 1:
+            # Tree search drafts into scratch slots: only the pending token's KV is in place.
+            req.draft_kv_len = prefix_len + 1
+        elif num_drafts > 0:
             # Draft KV was written for the pending token and d_1..d_{k-1}; of those, the ones now
             # in the sequence are the pending token and the accepted drafts.
             req.draft_kv_len = prefix_len + 1 + min(accepted, num_drafts - 1)
+        req.spec_tree = None
+
+    # ------------------------------------------------------------------ trees
+    def _draft_trees(self, reqs: List[Req], num_drafts: List[int], prefix_lens: List[int]):
+        """Grow each request's tree (tree_search.py): the draft runs on every frontier node as a
+        decode row that reads the request's prefix and the node's ancestors through a scratch
+        table row, its KV in a scratch slot of the draft's pool. Returns the verify ids and no
+        distributions: tree drafts are chosen, not sampled (point masses)."""
+        active = [i for i, k in enumerate(num_drafts) if k > 0]
+        searches = {i: TreeSearch(tree_topk(self.spec, reqs[i]), num_drafts[i]) for i in active}
+        if active:
+            sub = [reqs[i] for i in active]
+            grid = _ScratchGrid(
+                self.pool, self.spec, self.scratch_base, sub, [prefix_lens[i] for i in active]
+            )
+            logprobs = torch.log_softmax(grid.catch_up_logits(self._catch_up), dim=-1)
+            live, n_rows = list(range(len(sub))), [1] * len(sub)
+            for depth in range(1, self.spec.num_steps + 1):
+                top_v, top_i = logprobs.topk(min(self.spec.topk, self.vocab), dim=-1)
+                top_v, top_i = top_v.tolist(), top_i.tolist()
+                at = 0
+                for b, n in zip(live, n_rows):
+                    searches[active[b]].grow(top_v[at : at + n], top_i[at : at + n])
+                    at += n
+                live = [b for b in live if depth < min(self.spec.num_steps, num_drafts[active[b]])]
+                if not live:
+                    break
+                fronts = [searches[active[b]] for b in live]
+                n_rows = [len(t.frontier) for t in fronts]
+                fb = grid.frontier_batch(live, fronts, depth, self.device)
+                logprobs = torch.log_softmax(self.runner.forward(fb).next_token_logits.float(), -1)
+        ids: List[int] = []
+        for i, r in enumerate(reqs):
+            ids.append(r.output_ids[-1])
+            r.spec_drafts = []
+            if i in searches:
+                tree = searches[i].tree()
+                assert tree.num_nodes == num_drafts[i], (tree.num_nodes, num_drafts[i])
+                r.spec_drafts = tree.tokens
+                r.spec_tree = None if tree.is_chain() else tree
+                ids.extend(tree.tokens)
+        return ids, None
 
     # ------------------------------------------------------------------ passes
     def _catch_up(self, reqs: List[Req], cur: List[int]) -> torch.Tensor:
@@ -199,6 +273,60 @@ class DraftModelProposer:
         return self.runner.forward(fb).next_token_logits
 
 
+class _ScratchGrid:
+    """Where one batch's tree searches run: request b's frontier node j reads the request table
+    through scratch row (pool.scratch_base + b * topk + j), and a node run at depth d keeps its
+    draft KV in slot slot_base + (b * (steps - 1) + d - 1) * topk + j until the search ends."""
+
+    def __init__(self, pool, spec: SpecSection, slot_base: int, reqs: List[Req], cur: List[int]):
+        self.pool, self.topk, self.steps = pool, spec.topk, spec.num_steps
+        self.slot_base, self.reqs, self.cur = slot_base, reqs, cur
+        self.node_slot: dict = {}  # (b, search node) -> its scratch slot
+        assert len(reqs) * self.topk <= pool.num_scratch, "tree search rows exceed the scratch rows"
+
+    def catch_up_logits(self, catch_up) -> torch.Tensor:
+        """The draft's logits at each pending token; then every scratch row gets the prefix."""
+        logits = catch_up(self.reqs, self.cur).float()
+        dst = [self._row(b, j) for b in range(len(self.reqs)) for j in range(self.topk)]
+        src = [r.req_pool_idx for r in self.reqs for _ in range(self.topk)]
+        dev = self.pool.req_to_token.device
+        idx = to_device(torch.tensor([dst, src], dtype=torch.int64), dev)
+        self.pool.copy_prefixes(idx[0], idx[1], max(self.cur) + 1)
+        return logits
+
+    def _row(self, b: int, j: int) -> int:
+        return self.pool.scratch_base + b * self.topk + j
+
+    def frontier_batch(self, live: List[int], searches: List[TreeSearch], depth: int, device):
+        """A decode batch of the frontier nodes (all at `depth`) of the live requests."""
+        ids, seq_lens, rows, locs = [], [], [], []
+        w_rows, w_pos, w_slots = [], [], []
+        for b, search in zip(live, searches):
+            c = self.cur[b]
+            for j, node in enumerate(search.frontier):
+                slot = self.slot_base + (b * (self.steps - 1) + depth - 1) * self.topk + j
+                self.node_slot[(b, node)] = slot
+                row = self._row(b, j)
+                for d, a in enumerate(search.path(node), start=1):
+                    w_rows.append(row)
+                    w_pos.append(c + d)
+                    w_slots.append(self.node_slot[(b, a)])
+                ids.append(search.tokens[node])
+                seq_lens.append(c + depth + 1)
+                rows.append(row)
+                locs.append(slot)
+        dev = self.pool.req_to_token.device
+        w = to_device(torch.tensor([w_rows, w_pos, w_slots], dtype=torch.int64), dev)
+        self.pool.write_device(w[0], w[1], w[2])
+        return build_decode_batch(
+            torch.tensor(ids, dtype=torch.int64),
+            seq_lens,
+            rows,
+            torch.tensor(locs, dtype=torch.int64),
+            device,
+        )
+
+
 def make_proposer(spec: SpecSection, target_runner: "ModelRunner", server_args, chunk):
     if spec.algorithm == "NGRAM":
         return NgramProposer(spec)
@@ -225,7 +353,12 @@ def make_proposer(spec: SpecSection, target_runner: "ModelRunner", server_args, 
     draft_cfg = ModelConfig.from_path(spec.draft_model_path, server_args.context_length)
     # Exactly the target's slot count: the draft's KV lives at the target's slot numbers (the
     # target's pool was sized with this pool's bytes taken out).
-    memory = dataclasses.replace(MemorySection.of(sa), exact_pool=True)
+    memory = dataclasses.replace(
+        MemorySection.of(sa),
+        exact_pool=True,
+        tree_rows_per_request=0,  # the draft reads the target's table (its scratch rows too)
+        scratch_slots=scratch_slots_for(spec, target_runner.max_running_requests),
+    )
     draft = ModelRunner(
         draft_cfg, ModelSection.of(sa), memory, target_runner.device, target_runner.gpu_id
     )

@@ -122,3 +122,38 @@ def test_draft_trees_on_cuda(tiny_ckpts):
     assert spec == plain
     assert sched.spec.num_tree_passes > 0 and accepted > 2 * len(prompts)
     assert sched.model_runner.graph_runner.num_replays > 0
+
+
+@pytest.mark.parametrize("algo", ["STANDALONE", "EAGLE3"])
+def test_draft_model_trees_on_cuda(tiny_ckpts, tmp_path, algo):
+    """A draft model's (or head's) tree search on the device: frontier nodes as decode rows through
+    scratch table rows and scratch KV slots, then tree verify passes; token-identical to plain
+    decoding (fp32)."""
+    from test_spec_trees import branching_prompts
+
+    path = tiny_ckpts["llama"]
+    prompts = branching_prompts()
+    plain, _, _ = _run(path, prompts, dtype="float32")
+    draft = path
+    if algo == "EAGLE3":
+        import json
+
+        from model_fixtures import write_eagle_head
+
+        cfg = json.load(open(f"{path}/config.json"))
+        g = torch.Generator().manual_seed(7)
+        n = cfg["num_hidden_layers"]
+        draft = str(tmp_path / "head")
+        write_eagle_head(draft, cfg, "EAGLE3", g, cfg["vocab_size"] // 2, [0, n // 2, n - 1])
+    spec, _, sched = _run(
+        path,
+        prompts,
+        dtype="float32",
+        speculative_algorithm=algo,
+        speculative_draft_model_path=draft,
+        speculative_eagle_topk=3,
+        speculative_num_steps=3,
+        speculative_num_draft_tokens=7,
+    )
+    assert spec == plain
+    assert sched.spec.num_tree_passes > 0

@@ -73,13 +73,15 @@ class TorchNativeAttnBackend(AttentionBackend):
         for sel in _decode_groups(seq_lens_cpu.tolist()):
             idx = torch.tensor(sel, device=q.device)
             L = int(seq_lens_cpu[sel].max())
-            slots = r2t[forward_batch.req_pool_indices[idx], :L].long()  # [g, L]
+            valid = torch.arange(L, device=q.device)[None, :] < forward_batch.seq_lens[idx][:, None]
+            # Entries past a row's length are whatever the row held before (another pool's
+            # scratch slots, for a tree search's rows): read the dummy slot there instead.
+            slots = r2t[forward_batch.req_pool_indices[idx], :L].long().masked_fill(~valid, 0)
             kk = _kv_dtype(k_buf[slots], q.dtype, pool.k_scale[layer.layer_id])  # [g, L, Hkv, D]
             vv = _kv_dtype(v_buf[slots], q.dtype, pool.v_scale[layer.layer_id])
             s = torch.einsum("bkgd,blkd->bkgl", q[idx].float(), kk.float()) * layer.scaling
             if layer.logit_cap > 0:
                 s = layer.logit_cap * torch.tanh(s / layer.logit_cap)
-            valid = torch.arange(L, device=q.device)[None, :] < forward_batch.seq_lens[idx][:, None]
             s = s.masked_fill(~valid[:, None, None, :], float("-inf"))
             p = torch.softmax(s, dim=-1)
             out[idx] = torch.einsum("bkgl,blkd->bkgd", p, vv.float()).to(q.dtype)

@@ -6,9 +6,9 @@ mask is computed for each verify row after the drafts before it). Its pending to
 slots at positions cur..cur+k and run as one TARGET_VERIFY pass; the verifier keeps the accepted
 drafts plus one token, the slots after the kept ones go back, and the tokens are appended one at a
 time through the usual finish rules (a stop string or EOS inside the accepted run ends the request
-there). When the pool cannot hold every
-request's verify slots, the step runs without drafts; when it cannot hold even that, requests are
-retracted as in plain decode. NGRAM may propose a draft tree instead of a chain (draft_tree.py):
+there). When the pool cannot hold every request's verify slots, the step runs without drafts;
+when it cannot hold even that, requests are retracted as in plain decode. NGRAM, and a draft
+model with topk > 1 (tree_search.py), may propose a draft tree instead of a chain (draft_tree.py):
 its nodes get slots at positions cur..cur+k in breadth-first order, each node runs as a decode row
 that sees the prefix and its own ancestors (ScheduleBatch), the verdict follows the tree
 (tree_verify.py), and the accepted branch's KV is copied to the positions it now holds.
@@ -268,9 +268,10 @@ class SpecDecoder:
                 [0] * (self.spec.max_drafts + 1 - len(req.spec_accept_hist))
             )
         req.spec_accept_hist[accepted] += 1
-        self.proposer.on_verified(req, accepted, k, cur)
-        if out.paths is not None:
-            self._path_moves(req, cur, out.paths[i])
+        path = out.paths[i] if out.paths is not None else None
+        self.proposer.on_verified(req, accepted, k, cur, path)
+        if path is not None:
+            self._path_moves(req, cur, path)
         # KV is valid for the pending token and the accepted drafts; never past the sequence.
         keep = min(cur + 1 + accepted, req.seqlen())
         if req.finished():
