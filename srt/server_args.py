@@ -517,9 +517,6 @@ class ServerArgs:
             not self.enable_mixed_chunk,
             "--enable-mixed-chunk with speculative decoding is not built",
         )
-        need(
-            self.tp_size == 1 and self.dp_size == 1, "speculative decoding with TP/DP is not built"
-        )
 
     # ------------------------------------------------------------------
     def resolved_device(self) -> str:

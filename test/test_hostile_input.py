@@ -183,7 +183,7 @@ def _stuck_stream(url: str, body: Dict) -> socket.socket:
 
 
 def test_streams_that_never_read_are_cut_and_give_memory_back(guarded_server):
-    """16 clients ask for long streams with 20 alternatives per token, then never read. Each is cut
+    """8 clients ask for long streams with 20 alternatives per token, then never read. Each is cut
     after --slow-consumer-timeout (3 s) of unread output: the requests are aborted long before their
     4000 tokens, and the HTTP process holds a bounded amount of memory meanwhile and after."""
     srv = guarded_server
@@ -199,7 +199,7 @@ def test_streams_that_never_read_are_cut_and_give_memory_back(guarded_server):
         "return_text_in_logprobs": True,
         "sampling_params": {"max_new_tokens": 4000, "ignore_eos": True},
     }
-    socks: List[Optional[socket.socket]] = [_stuck_stream(srv.url, body) for _ in range(16)]
+    socks: List[Optional[socket.socket]] = [_stuck_stream(srv.url, body) for _ in range(8)]
     peak = rss0
     try:
         deadline = time.time() + 900

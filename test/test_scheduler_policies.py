@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import time
 
+import pytest
 import requests
 from server_utils import ServerProcess, generate
 
@@ -120,6 +121,7 @@ def test_request_waiting_timeout_gives_503():
         srv.stop()
 
 
+@pytest.mark.slow  # lpm runs in-process in the accounting hypothesis test (overlap-lpm)
 def test_lpm_policy_serves_the_same_tokens(server_url):
     srv = ServerProcess(["--max-total-tokens", "4096", "--schedule-policy", "lpm"])
     try:

@@ -277,3 +277,57 @@ def test_two_nodes_on_one_machine(tiny_models, tp_servers):
     finally:
         if node1.poll() is None:
             os.killpg(node1.pid, signal.SIGKILL)
+
+
+def _spec_args(kind: str, path: str, tmp_path) -> list:
+    if kind == "ngram":
+        return ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "5"]
+    if kind == "standalone-tree":  # the target drafting for itself, sharded like it
+        return [
+            "--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", path,
+            "--speculative-eagle-topk", "2", "--speculative-num-steps", "3",
+            "--speculative-num-draft-tokens", "6",
+        ]  # fmt: skip
+    import json
+
+    from model_fixtures import write_eagle_head
+
+    cfg = json.load(open(f"{path}/config.json"))
+    n = cfg["num_hidden_layers"]
+    head = str(tmp_path / "eagle3")
+    g = torch.Generator().manual_seed(7)
+    write_eagle_head(head, cfg, "EAGLE3", g, cfg["vocab_size"] // 2, [0, n // 2, n - 1])
+    return ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", head]
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "standalone-tree",
+        # The gathered vocabulary shards of the head; the same verify path as the tree.
+        pytest.param("eagle3", marks=pytest.mark.slow),
+        pytest.param("ngram", marks=pytest.mark.slow),
+    ],
+)
+def test_tp2_speculative_matches_plain_tp1(kind, tiny_models, tp_servers, tmp_path):
+    """Speculation under TP=2: every rank drafts (the draft model sharded, the EAGLE head whole
+    on each rank from the gathered vocabulary shards) and verifies the same way; the greedy tokens
+    equal plain TP=1 decoding, with verify passes counted."""
+    one, _ = tp_servers
+    path = tiny_models["llama"]
+    spec = ServerProcess(
+        ["--model-path", path, "--max-total-tokens", "4096", "--tp-size", "2"]
+        + _spec_args(kind, path, tmp_path)
+    )
+    try:
+        kw = dict(
+            text=[f"Request {i}: {TEXT} {TEXT}" for i in range(4)],
+            sampling_params={"max_new_tokens": 24, "temperature": 0},
+        )
+        got = generate(spec.url, **kw).json()
+        ref = generate(one.url, **kw).json()
+        assert [x["output_ids"] for x in got] == [y["output_ids"] for y in ref]
+        assert all(x["meta_info"]["spec_verify_ct"] > 0 for x in got)
+        spec.check_idle_invariant()
+    finally:
+        spec.stop()

@@ -17,6 +17,7 @@ import torch
 from sglang.srt.configs.sections import SpecSection
 from sglang.srt.core.forward_batch_info import build_decode_batch, build_extend_batch
 from sglang.srt.core.req import Req
+from sglang.srt.distributed.parallel_state import tp_all_gather
 from sglang.srt.speculative.draft_sampling import choose_drafts, draft_info
 from sglang.srt.speculative.draft_tree import DraftTree
 from sglang.srt.speculative.ngram_proposer import NgramIndex
@@ -370,13 +371,18 @@ def _eagle_proposer(spec: SpecSection, target_runner: "ModelRunner"):
     from sglang.srt.speculative.eagle_proposer import EagleProposer
 
     model = target_runner.model
-    embed = model.model.embed_tokens.weight
-    # model.lm_head is the embedding itself when the target ties them.
+    vocab = target_runner.vocab_size
+    # Under TP the target holds a vocabulary shard of each; the head (replicated on every rank,
+    # fed the all-reduced hidden states) needs them whole. model.lm_head is the embedding itself
+    # when the target ties them.
+    embed = tp_all_gather(model.model.embed_tokens.weight.data, dim=0)[:vocab]
+    tied = model.lm_head is model.model.embed_tokens
+    lm_head = embed if tied else tp_all_gather(model.lm_head.weight.data, dim=0)[:vocab]
     head = load_eagle_head(
         spec.draft_model_path,
         target_runner.model_config.num_hidden_layers,
         embed,
-        model.lm_head.weight,
+        lm_head,
         dtype=embed.dtype,
     )
     if head.c.variant != spec.algorithm:
