@@ -16,8 +16,16 @@ wrong path (scaling the logits does not help: it scales the gaps and the roundin
 the accept length is the oracle's at every batch size and the tokens equal the plain run's.
 --acceptance target: the target's own verdict (tokens identical where both paths round alike).
 
+--draft-model-config: a real draft model (dummy weights) drafts every verify, chains or, with
+--topk > 1, trees (STANDALONE), so each step pays the drafting it would pay in service; the drafts it
+proposes are then swapped for the oracle's (the verify pass costs the same for any tokens) and the
+verdicts forced, so the accept length is still --accept's. A tree's oracle is a chain as deep as
+the draft's tree (--num-steps) plus wrong siblings of its first draft up to the node count.
+
     python benchmark/bench_speculative.py --model-config llama3-8b --batch-size 1 8 32 64 \
         --accept 0 0.6 0.9 1.0 --num-draft-tokens 4
+    python benchmark/bench_speculative.py --model-config llama3-8b --draft-model-config llama3.2-1b \
+        --num-draft-tokens 4 --topk 1
 """
 
 from __future__ import annotations
@@ -100,6 +108,32 @@ class OracleProposer:
         req.spec_drafts, req.spec_tree = [], None
 
 
+class RealDraftCost:
+    """A real proposer drafts (and pays for it); the oracle's drafts and verdicts are what verify."""
+
+    capture = None
+
+    def __init__(self, real, oracle: OracleProposer):
+        self.real, self.oracle = real, oracle
+
+    def plan(self, reqs, budgets):
+        got = self.real.plan(reqs, budgets)
+        return self.oracle.plan(reqs, got)
+
+    def draft(self, reqs, num_drafts, prefix_lens):
+        mine = [(r.spec_drafts, r.spec_tree) for r in reqs]
+        self.real.draft(reqs, num_drafts, prefix_lens)
+        for r, (d, t) in zip(reqs, mine):
+            r.spec_drafts, r.spec_tree = d, t
+        ids, _ = self.oracle.draft(reqs, num_drafts, prefix_lens)
+        self.verdicts, self.paths = self.oracle.verdicts, self.oracle.paths
+        return ids, None
+
+    def on_verified(self, req, accepted, num_drafts, prefix_len, path=None):
+        self.real.on_verified(req, accepted, num_drafts, prefix_len, path)
+        self.oracle.on_verified(req, accepted, num_drafts, prefix_len, path)
+
+
 def _first_path_rows(tree: "DraftTree") -> List[int]:
     """The rows of the first path of a tree built by from_paths (each first child, in turn)."""
     rows, at = [], 0
@@ -154,7 +188,15 @@ def make_scheduler(args, model_path: str, spec: bool):
         cuda_graph_max_bs=max(args.batch_size) * args.num_draft_tokens,
         random_seed=1,
     )
-    if spec:
+    if spec and args.draft_model_config:
+        kw.update(
+            speculative_algorithm="STANDALONE",
+            speculative_draft_model_path=write_model_config(args.draft_model_config),
+            speculative_num_draft_tokens=args.num_draft_tokens,
+            speculative_num_steps=args.num_steps or args.num_draft_tokens - 1,
+            speculative_eagle_topk=args.topk,
+        )
+    elif spec:
         kw.update(
             speculative_algorithm="NGRAM",
             speculative_num_draft_tokens=args.num_draft_tokens,
@@ -226,8 +268,27 @@ def main(argv=None) -> dict:
         help="1: chains; more: trees of num_draft_tokens - 1 nodes (the oracle's chain plus "
         "breadth - 1 wrong siblings of its first draft), verified by the tree pass",
     )
+    p.add_argument(
+        "--draft-model-config",
+        choices=sorted(MODEL_CONFIGS),
+        default=None,
+        help="a real draft model drafts every verify (its cost paid; see above)",
+    )
+    p.add_argument("--topk", type=int, default=1, help="with a draft model: >1 drafts trees")
+    p.add_argument(
+        "--num-steps", type=int, default=None, help="draft steps (default num_draft_tokens - 1)"
+    )
+    p.add_argument(
+        "--draft-eager",
+        action="store_true",
+        help="the draft model's decode passes run eagerly (no draft CUDA graphs), for comparison",
+    )
     p.add_argument("--result-file", default=None)
     args = p.parse_args(argv)
+    if args.draft_model_config and args.topk > 1:
+        # The oracle's tree as deep as the draft's (num_steps): its chain, then wrong siblings.
+        steps = args.num_steps or args.num_draft_tokens - 1
+        args.tree_breadth = max(2, args.num_draft_tokens - steps)
     model_path = write_model_config(args.model_config)
     vocab = json.load(open(os.path.join(model_path, "config.json")))["vocab_size"]
     rng = random.Random(0)
@@ -243,6 +304,9 @@ def main(argv=None) -> dict:
     del plain
     torch.cuda.empty_cache() if torch.cuda.is_available() else None
     spec = make_scheduler(args, model_path, spec=True)
+    real_proposer = spec.spec.proposer if args.draft_model_config else None
+    if real_proposer is not None and args.draft_eager:
+        real_proposer.runner.graph_runner = None
     if args.acceptance == "forced":
         force_oracle_verdicts(spec)
     for bs in args.batch_size:
@@ -255,9 +319,8 @@ def main(argv=None) -> dict:
             )
         )
         for a in args.accept:
-            spec.spec.proposer = OracleProposer(
-                base["outputs"], a, vocab, seed=bs, breadth=args.tree_breadth
-            )
+            oracle = OracleProposer(base["outputs"], a, vocab, seed=bs, breadth=args.tree_breadth)
+            spec.spec.proposer = RealDraftCost(real_proposer, oracle) if real_proposer else oracle
             run(spec, refs[bs]["prompts"], 8, f"warm{bs}-{a}")
             res = run(spec, refs[bs]["prompts"], args.output_len, f"spec{bs}-{a}")
             same = res["outputs"] == base["outputs"]
@@ -272,9 +335,15 @@ def main(argv=None) -> dict:
                     speedup=base["tpot_ms"] / res["tpot_ms"],
                 )
             )
+    drafter = (
+        f"{args.draft_model_config} drafting (topk {args.topk}, "
+        f"{'eager' if args.draft_eager else 'graphs'}), oracle tokens"
+        if args.draft_model_config
+        else "oracle drafts"
+    )
     print(
         f"{args.model_config}, input {args.input_len}, output {args.output_len}, "
-        f"{args.num_draft_tokens} tokens per verify (oracle drafts, {args.acceptance} acceptance, "
+        f"{args.num_draft_tokens} tokens per verify ({drafter}, {args.acceptance} acceptance, "
         f"{'chains' if args.tree_breadth == 1 else f'trees of breadth {args.tree_breadth}'})"
     )
     print(
@@ -291,6 +360,9 @@ def main(argv=None) -> dict:
         num_draft_tokens=args.num_draft_tokens,
         acceptance=args.acceptance,
         tree_breadth=args.tree_breadth,
+        draft_model=args.draft_model_config,
+        topk=args.topk,
+        draft_eager=args.draft_eager,
         rows=rows,
     )
     if args.result_file:

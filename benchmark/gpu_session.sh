@@ -9,7 +9,7 @@ OUT=${OUT:-benchmark/out}
 mkdir -p "$OUT"
 source "$(dirname "$0")/gpu_env.sh"
 # Stages can be picked: STAGES="tests one_batch one_batch_fp8 offline kernels attn_sweep attn_splits gemv small_m
-# variants variants_m host_ab long_ctx fp8 fp8_tests fp8_gemv fp8_halves fp8_one fp8_mm fp8_tri fp8_prof fp8_budget recipes hicache_tests hicache spec spec_tree" (default: the first five).
+# variants variants_m host_ab long_ctx fp8 fp8_tests fp8_gemv fp8_halves fp8_one fp8_mm fp8_tri fp8_prof fp8_budget recipes hicache_tests hicache spec spec_tree spec_draft" (default: the first five).
 STAGES=${STAGES:-"tests one_batch one_batch_fp8 offline kernels"}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 # At most 8 files come back from $OUT: stages append to a few logs.
@@ -242,6 +242,19 @@ if has spec_tree; then
   stage spec 200 python3 benchmark/bench_speculative.py "${TREE[@]}" --result-file "$OUT/spec.jsonl"
   stage spec 200 python3 benchmark/bench_speculative.py "${TREE[@]}" --tree-breadth 4 \
     --result-file "$OUT/spec.jsonl"
+fi
+if has spec_draft; then
+  # A real draft model's cost (issue 26): Llama-3.2-1B drafting for Llama-3-8B (same vocabulary),
+  # chains and trees, draft decode passes under CUDA graphs and eager; oracle verdicts.
+  SD=(--model-config llama3-8b --draft-model-config llama3.2-1b --batch-size 1 8 32 --accept 0.8 1.0)
+  [[ ${SMOKE:-0} == 1 ]] && SD=(--model-config tiny-llama --draft-model-config tiny-llama
+        --batch-size 1 4 --accept 1.0 --input-len 32 --output-len 16 --max-total-tokens 4096)
+  for eager in "" --draft-eager; do
+    stage spec_draft 150 python3 benchmark/bench_speculative.py "${SD[@]}" --num-draft-tokens 4 \
+      $eager --result-file "$OUT/spec_draft.jsonl"
+    stage spec_draft 150 python3 benchmark/bench_speculative.py "${SD[@]}" --num-draft-tokens 8 \
+      --topk 4 --num-steps 3 $eager --result-file "$OUT/spec_draft.jsonl"
+  done
 fi
 if has hicache_tests; then
   stage gpu_tests 150 python3 -m pytest test/gpu/test_hicache_gpu.py -q -p no:cacheprovider --timeout=100 -rfE

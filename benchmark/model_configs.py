@@ -47,6 +47,17 @@ _LLAMA31_8B: Dict[str, Any] = dict(
     ),
 )
 
+# Llama-3.2-1B: Llama-3's tokenizer in a 1.2B model, the natural draft for Llama-3-8B.
+_LLAMA32_1B: Dict[str, Any] = dict(
+    _LLAMA3_8B,
+    hidden_size=2048,
+    intermediate_size=8192,
+    num_hidden_layers=16,
+    num_attention_heads=32,
+    head_dim=64,
+    tie_word_embeddings=True,
+)
+
 _QWEN3_06B: Dict[str, Any] = dict(
     architectures=["Qwen3ForCausalLM"],
     model_type="qwen3",
@@ -87,6 +98,7 @@ MODEL_CONFIGS: Dict[str, Dict[str, Any]] = {
     "llama3-8b": _LLAMA3_8B,
     "llama3-8b-fp8-blocks": dict(_LLAMA3_8B, quantization_config=_FP8_BLOCKS),
     "llama3.1-8b": _LLAMA31_8B,
+    "llama3.2-1b": _LLAMA32_1B,
     "qwen3-0.6b": _QWEN3_06B,
     "qwen3-8b": _QWEN3_8B,
     # CPU-sized shapes with the same structure (GQA, rope, tied / untied heads).

@@ -127,6 +127,41 @@ def check_graph_runner(path: str, seed: int) -> None:
         )
 
 
+def check_graph_hidden_states(path: str, seed: int) -> None:
+    """Graphs captured with capture_hidden (an EAGLE target's verify passes) return the same
+    logits and hidden states as the eager pass, for the last layer and for named layers."""
+    from sglang.srt.model_executor.cuda_graph_runner import CudaGraphRunner, EagerReplayGraph
+
+    for capture in ((), (0, 1)):
+        eager, graphed = make_runner(path), make_runner(path)
+        use_triton(eager)
+        use_triton(graphed)
+        graphed.graph_runner = CudaGraphRunner(
+            graphed, capture_bs=[4], graph_cls=EagerReplayGraph, capture_hidden=capture
+        )
+        prompts, _ = prompts_for(eager.vocab_size, seed + 2)
+        outs = []
+        for runner in (eager, graphed):
+            sb = StaticBatch(runner)
+            try:
+                first = sb.prefill(prompts[:3], [-1] * 3).next_token_logits.argmax(-1)
+                fb = sb.prepare_decode(first)
+                fb.capture_hidden = capture
+                out = runner.forward(fb)
+                outs.append((out.next_token_logits.clone(), out.hidden_states.clone()))
+            finally:
+                sb.release()
+        (e_logits, e_hidden), (g_logits, g_hidden) = outs
+        report(
+            f"graph runner with capture_hidden={capture} (bs 3 -> 4) == eager",
+            graphed.graph_runner.num_replays == 1
+            and g_hidden.shape == e_hidden.shape
+            and rel(g_hidden, e_hidden) < 1e-5
+            and rel(g_logits, e_logits) < 1e-5,
+            f"hidden {tuple(g_hidden.shape)} max rel {rel(g_hidden, e_hidden):.1e}",
+        )
+
+
 def check_fp8_kv(path: str, seed: int) -> None:
     """fp8 pools: power-of-two scales are exact in floating point, so a pool run with k_scale 0.5 /
     v_scale 2 must give the unit-scale run's logits (a missing or doubled scale would not); and the
@@ -240,7 +275,10 @@ def main() -> int:
     print(f"seed {seed}")
     checks = {
         "backend": lambda: check_backend_vs_native(args.model_dir, seed),
-        "graph": lambda: check_graph_runner(args.model_dir, seed),
+        "graph": lambda: (
+            check_graph_runner(args.model_dir, seed),
+            check_graph_hidden_states(args.model_dir, seed),
+        ),
         "fp8": lambda: check_fp8_kv(args.model_dir, seed),
         "fused": lambda: check_fused_bindings(seed),
     }

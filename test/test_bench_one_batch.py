@@ -213,3 +213,26 @@ def test_bench_speculative_cpu(breadth: int) -> None:
         # 12 decode tokens per request: chains 4 + 4 + 4 in three verify passes; trees 4 + 4 then
         # 2 + 2, where the length cap leaves 3 and 1 nodes (the chain's first draft among them).
         assert rows[(bs, 1.0)]["accept_length"] == (4.0 if breadth == 1 else 3.0)
+
+
+@pytest.mark.parametrize("topk", [1, 3])
+def test_bench_speculative_real_draft_cpu(topk: int) -> None:
+    """With a real draft model drafting every verify (its cost paid, its tokens swapped for the
+    oracle's), the verdicts are the oracle's: the tokens equal the plain run's and the accept
+    lengths equal the oracle-only run of the same tree shape."""
+    import bench_speculative
+
+    common = (
+        "--model-config tiny-llama --batch-size 1 3 --accept 0 1.0 --input-len 24 "
+        "--output-len 13 --max-total-tokens 4096 --num-draft-tokens 6"
+    ).split()
+    real = bench_speculative.main(
+        common
+        + f"--draft-model-config tiny-llama --topk {topk} --num-steps {3 if topk > 1 else 5}".split()
+    )
+    oracle = bench_speculative.main(common + ["--tree-breadth", str(real["tree_breadth"])])
+    assert real["tree_breadth"] == (1 if topk == 1 else 3)
+    for r, o in zip(real["rows"], oracle["rows"]):
+        assert (r["batch_size"], r["accept"]) == (o["batch_size"], o["accept"])
+        assert r["accept_length"] == o["accept_length"]
+        assert r.get("same_tokens", True)

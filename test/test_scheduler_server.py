@@ -128,6 +128,7 @@ def test_shared_prefix_workload_hit_rate_and_prefill_savings(default_server):
         off.stop()
 
 
+@pytest.mark.slow  # the default suite keeps another 503 path (the waiting timeout)
 def test_max_queued_requests_gives_503_and_the_rest_succeed():
     srv = ServerProcess(
         ["--max-total-tokens", "8192", "--max-queued-requests", "4", "--max-running-requests", "4"]

@@ -130,6 +130,7 @@ def test_forced_world_of_one_matches_plain_tp1(tp_servers, tiny_models):
         forced.stop()
 
 
+@pytest.mark.slow  # the default suite keeps under its time budget; TP=2 tokens stay checked there
 def test_tp2_abort_and_retraction(tiny_models, tp_servers):
     one, _ = tp_servers
     path = tiny_models["llama"]

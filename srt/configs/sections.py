@@ -29,6 +29,9 @@ class ModelSection:
     quantization: Optional[str] = None
     # Decode-batch rows per running request: speculative verify passes run one row per token.
     decode_rows_per_request: int = 1
+    # The graphs wait for the caller (init_cuda_graphs): an EAGLE head's hidden-state layers are
+    # known only once it is loaded, and its verify passes must return them.
+    defer_cuda_graph: bool = False
 
     @staticmethod
     def of(sa: ServerArgs) -> "ModelSection":
@@ -47,6 +50,7 @@ class ModelSection:
             decode_rows_per_request=(
                 sa.speculative_num_draft_tokens if sa.speculative_algorithm else 1
             ),
+            defer_cuda_graph=sa.speculative_algorithm in ("EAGLE", "EAGLE3"),
         )
 
 

@@ -17,7 +17,7 @@ import bisect
 import gc
 import logging
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -108,11 +108,22 @@ class EagerReplayGraph:
     def replay(self) -> None:
         fresh = self.fn()
         self.out.next_token_logits.copy_(fresh.next_token_logits)
+        if fresh.hidden_states is not None:
+            self.out.hidden_states.copy_(fresh.hidden_states)
 
 
 class CudaGraphRunner:
-    def __init__(self, model_runner, capture_bs: Optional[List[int]] = None, graph_cls=None):
+    def __init__(
+        self,
+        model_runner,
+        capture_bs: Optional[List[int]] = None,
+        graph_cls=None,
+        capture_hidden: Optional[Tuple[int, ...]] = None,
+    ):
+        """capture_hidden: the graphs also output these layers' hidden states (ForwardBatch.
+        capture_hidden; () is the last layer's), and replay batches asking for them."""
         self.runner = model_runner
+        self.capture_hidden = capture_hidden
         self.device = model_runner.device
         self.backend = model_runner.attn_backend
         sa = model_runner.model_section
@@ -177,6 +188,7 @@ class CudaGraphRunner:
             req_to_token_pool=r.req_to_token_pool,
             token_to_kv_pool=r.token_to_kv_pool,
             attn_backend=self.backend,
+            capture_hidden=self.capture_hidden,
         )
 
     def _forward_static(self, bs: int) -> LogitsProcessorOutput:
@@ -230,7 +242,7 @@ class CudaGraphRunner:
         return (
             fb.forward_mode.is_decode()
             and 0 < fb.batch_size <= self.max_bs
-            and fb.capture_hidden is None
+            and (fb.capture_hidden is None or fb.capture_hidden == self.capture_hidden)
         )
 
     def padded_size(self, raw_bs: int) -> int:
@@ -259,4 +271,7 @@ class CudaGraphRunner:
         self.graphs[bs][k].replay()
         self.num_replays += 1
         out = self.outputs[bs][k]
-        return LogitsProcessorOutput(next_token_logits=out.next_token_logits[:raw])
+        hidden = out.hidden_states[:raw] if out.hidden_states is not None else None
+        return LogitsProcessorOutput(
+            next_token_logits=out.next_token_logits[:raw], hidden_states=hidden
+        )

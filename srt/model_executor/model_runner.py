@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Tuple
 
 import psutil
 import torch
@@ -61,7 +61,11 @@ class ModelRunner:
         device: str,
         gpu_id: int = 0,
         show_progress: bool = True,
+        req_to_token_pool: Optional[ReqToTokenPool] = None,
     ):
+        """req_to_token_pool: another runner's request table to read and write instead of an own
+        one (a draft model keeps its KV at the target's slot numbers); set before the attention
+        backend and the CUDA graphs bind it."""
         self.model_config = model_config
         self.model_section = model
         self.memory_section = memory
@@ -94,20 +98,14 @@ class ModelRunner:
         self.sizes = self._size_pools()
         self.max_total_num_tokens = self.sizes.max_total_num_tokens
         self.max_running_requests = self.sizes.max_running_requests
-        self._init_pools()
+        self._init_pools(req_to_token_pool)
         self.attn_backend = self._make_attn_backend()
         self.fused_ops = self._bind_fused_ops()
         self.graph_runner = None
-        if (
-            device == "cuda"
-            and not model.disable_cuda_graph
-            and self.attn_backend.supports_cuda_graph
-        ):
-            from sglang.srt.model_executor.cuda_graph_runner import CudaGraphRunner
-
-            self.graph_runner = CudaGraphRunner(self)
-        # What is left for activations once weights, pools and graphs are in place (the startup line).
-        self.sizes.available_mem_gb = self._free_memory() / GB
+        if not model.defer_cuda_graph:
+            self.init_cuda_graphs()
+        else:
+            self.sizes.available_mem_gb = self._free_memory() / GB
         if device == "cuda":
             logger.info(
                 "KV pool: max_total_num_tokens=%d (%s, %d B/token), weights %.2f GB, mem_fraction_static=%.3f, "
@@ -119,6 +117,21 @@ class ModelRunner:
                 self.mem_fraction,
                 self.sizes.available_mem_gb,
             )
+
+    def init_cuda_graphs(self, capture_hidden: Optional[Tuple[int, ...]] = None) -> None:
+        """Capture the decode graphs (CUDA, graphs on, a backend that supports them). With
+        capture_hidden, each replay also returns those layers' hidden states (an EAGLE head's
+        features of the verified positions)."""
+        if (
+            self.device == "cuda"
+            and not self.model_section.disable_cuda_graph
+            and self.attn_backend.supports_cuda_graph
+        ):
+            from sglang.srt.model_executor.cuda_graph_runner import CudaGraphRunner
+
+            self.graph_runner = CudaGraphRunner(self, capture_hidden=capture_hidden)
+        # What is left for activations once weights, pools and graphs are in place (the startup line).
+        self.sizes.available_mem_gb = self._free_memory() / GB
 
     # ------------------------------------------------------------------ memory
     def _free_memory(self) -> int:
@@ -194,9 +207,9 @@ class ModelRunner:
         )
         return cfg.num_params() * elem, cell
 
-    def _init_pools(self) -> None:
+    def _init_pools(self, shared_table: Optional[ReqToTokenPool] = None) -> None:
         cfg = self.model_config
-        self.req_to_token_pool = ReqToTokenPool(
+        self.req_to_token_pool = shared_table or ReqToTokenPool(
             self.max_running_requests,
             cfg.context_len + 4,
             self.device,

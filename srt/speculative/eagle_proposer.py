@@ -82,8 +82,11 @@ class EagleProposer:
             self._absorb(r, st, p + e - 1)
 
     def on_verify_pass(self, reqs: List[Req], layout: VerifyLayout, hidden: torch.Tensor) -> None:
+        feats = self._features(hidden)
+        if feats.data_ptr() == hidden.data_ptr():
+            feats = feats.clone()  # a replayed graph's output buffer: the next replay rewrites it
         for r, s, k in zip(reqs, layout.starts, layout.num_drafts):
-            self._state(r).verify_rows = self._features(hidden[s : s + 1 + k])
+            self._state(r).verify_rows = feats[s : s + 1 + k]
 
     def _features(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.head.first_feature(hidden.to(self.head.fc_w.dtype))

@@ -114,10 +114,11 @@ class DraftModelProposer:
                 f"The draft model's vocabulary ({draft_runner.vocab_size}) differs from the "
                 f"target's ({target_runner.vocab_size}): drafts must use the target's tokenizer."
             )
+        # Same rows, same slot numbers as the target; the draft's own KV buffers.
+        if draft_runner.req_to_token_pool is not target_runner.req_to_token_pool:
+            raise ValueError("the draft runner must be built on the target's request table")
         self.spec = spec
         self.runner = draft_runner
-        # Same rows, same slot numbers as the target; the draft's own KV buffers.
-        draft_runner.req_to_token_pool = target_runner.req_to_token_pool
         self.pool = target_runner.req_to_token_pool
         self.device = target_runner.device
         self.vocab = target_runner.vocab_size
@@ -345,7 +346,6 @@ def make_proposer(spec: SpecSection, target_runner: "ModelRunner", server_args, 
         quantization=None,
         max_total_tokens=target_runner.max_total_num_tokens,
         max_running_requests=target_runner.max_running_requests,
-        disable_cuda_graph=True,
         speculative_algorithm=None,
         speculative_draft_model_path=None,
     )
@@ -360,8 +360,16 @@ def make_proposer(spec: SpecSection, target_runner: "ModelRunner", server_args, 
         tree_rows_per_request=0,  # the draft reads the target's table (its scratch rows too)
         scratch_slots=scratch_slots_for(spec, target_runner.max_running_requests),
     )
+    # The draft's decode passes (chain steps; tree frontiers of up to topk rows per request)
+    # replay CUDA graphs captured over the target's request table.
+    model = dataclasses.replace(ModelSection.of(sa), decode_rows_per_request=spec.topk)
     draft = ModelRunner(
-        draft_cfg, ModelSection.of(sa), memory, target_runner.device, target_runner.gpu_id
+        draft_cfg,
+        model,
+        memory,
+        target_runner.device,
+        target_runner.gpu_id,
+        req_to_token_pool=target_runner.req_to_token_pool,
     )
     return DraftModelProposer(spec, draft, target_runner, chunk)
 

@@ -63,15 +63,18 @@ def test_greedy_tokens_identical_on_cuda(tiny_ckpts, algo):
     assert spec == plain
     assert sched.model_runner.graph_runner is not None
     if algo == "STANDALONE":
-        # Most drafts are accepted; draft (eager, few rows) and verify (graphs, more rows) round
-        # differently, so near-tied logits of a random model may still disagree.
+        # Most drafts are accepted; draft (few rows) and verify (more rows) round differently, so
+        # near-tied logits of a random model may still disagree.
         assert accepted > 0.6 * 4 * 20
+        # The draft's decode steps replay its own graphs over the target's request table.
+        assert sched.spec.proposer.runner.graph_runner.num_replays > 0
 
 
 @pytest.mark.parametrize("variant", ["EAGLE", "EAGLE3"])
 def test_eagle_greedy_tokens_identical_on_cuda(tiny_ckpts, tmp_path, variant):
-    """A random EAGLE / EAGLE-3 head on the device (its step in torch; the target's passes keep
-    their hidden states, so verify runs eagerly): the same tokens as plain decoding."""
+    """A random EAGLE / EAGLE-3 head on the device (its step in torch; the target's verify
+    passes replay decode graphs that also return the hidden states the head reads): the same
+    tokens as plain decoding."""
     import json
 
     from model_fixtures import write_eagle_head
@@ -84,7 +87,7 @@ def test_eagle_greedy_tokens_identical_on_cuda(tiny_ckpts, tmp_path, variant):
     write_eagle_head(head, cfg, variant, g, cfg["vocab_size"] // 2, [0, n // 2, n - 1])
     prompts = [list(range(300, 340)) * 3, [7, 8, 9] * 20]
     # fp32: the head's eager step and the target agree on near-ties only at full precision.
-    spec, _, _ = _run(
+    spec, accepted, sched = _run(
         path,
         prompts,
         speculative_algorithm=variant,
@@ -93,6 +96,8 @@ def test_eagle_greedy_tokens_identical_on_cuda(tiny_ckpts, tmp_path, variant):
     )
     plain, _, _ = _run(path, prompts, dtype="float32")
     assert spec == plain
+    assert sched.model_runner.graph_runner.capture_hidden == sched.spec.proposer.capture
+    assert sched.model_runner.graph_runner.num_replays > 0
 
 
 def test_draft_trees_on_cuda(tiny_ckpts):
@@ -157,3 +162,5 @@ def test_draft_model_trees_on_cuda(tiny_ckpts, tmp_path, algo):
     )
     assert spec == plain
     assert sched.spec.num_tree_passes > 0
+    if algo == "STANDALONE":  # frontier batches (up to topk rows a request) replay draft graphs
+        assert sched.spec.proposer.runner.graph_runner.num_replays > 0

@@ -349,6 +349,9 @@ class Scheduler:
         proposer = make_proposer(
             spec, self.model_runner, self.server_args, self.chunked_prefill_size
         )
+        if self.model_runner.model_section.defer_cuda_graph:
+            # Verify passes keep the hidden states the proposer reads (EAGLE): graphs that return them.
+            self.model_runner.init_cuda_graphs(capture_hidden=proposer.capture)
         self.streamer.report_spec = True
         return SpecDecoder(
             self.state,
