@@ -9,7 +9,7 @@ OUT=${OUT:-benchmark/out}
 mkdir -p "$OUT"
 source "$(dirname "$0")/gpu_env.sh"
 # Stages can be picked: STAGES="tests one_batch one_batch_fp8 offline kernels attn_sweep attn_splits gemv small_m
-# variants variants_m host_ab long_ctx fp8 fp8_tests fp8_gemv fp8_halves fp8_one fp8_mm fp8_tri fp8_prof fp8_budget recipes hicache_tests hicache spec spec_tree spec_draft" (default: the first five).
+# variants variants_m host_ab long_ctx fp8 fp8_tests fp8_gemv fp8_halves fp8_one fp8_mm fp8_tri fp8_prof fp8_budget recipes hicache_tests hicache spec spec_tests spec_tree spec_draft" (default: the first five).
 STAGES=${STAGES:-"tests one_batch one_batch_fp8 offline kernels"}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 # At most 8 files come back from $OUT: stages append to a few logs.
@@ -230,12 +230,14 @@ if has long_ctx; then
   stage long_ctx ${LONG_LIMIT:-420} python3 benchmark/bench_long_context.py "${LONG[@]}" \
     --hf-cells ${LONG_HF:-} --kv-cache-dtype ${LONG_KV:-auto} --result-file "$OUT/long_ctx.jsonl"
 fi
-if has spec_tree; then
+if has spec_tree || has spec_tests; then
   # Draft trees (issue 26): the GPU tests (tree verify passes), then chains against trees with the
   # same 8 rows per request (7 nodes: the oracle's chain of 4 and 3 wrong siblings of its first
   # draft); both replay the decode graphs.
   stage gpu_tests 200 python3 -m pytest test/gpu/test_speculative_gpu.py \
     -q -p no:cacheprovider -rfE
+fi
+if has spec_tree; then
   TREE=(--model-config llama3-8b --batch-size 1 8 32 64 --accept 0.9 1.0 --num-draft-tokens 8)
   [[ ${SMOKE:-0} == 1 ]] && TREE=(--model-config tiny-llama --batch-size 1 4 --accept 1.0 --input-len 32
         --output-len 16 --max-total-tokens 4096 --num-draft-tokens 8)
@@ -249,7 +251,9 @@ if has spec_draft; then
   SD=(--model-config llama3-8b --draft-model-config llama3.2-1b --batch-size 1 8 32 --accept 0.8 1.0)
   [[ ${SMOKE:-0} == 1 ]] && SD=(--model-config tiny-llama --draft-model-config tiny-llama
         --batch-size 1 4 --accept 1.0 --input-len 32 --output-len 16 --max-total-tokens 4096)
-  for eager in "" --draft-eager; do
+  # SD_EAGER="0" or "1" runs only one of the two variants (one device call may not hold both).
+  for e in ${SD_EAGER:-0 1}; do
+    eager=""; [[ $e == 1 ]] && eager=--draft-eager
     stage spec_draft 150 python3 benchmark/bench_speculative.py "${SD[@]}" --num-draft-tokens 4 \
       $eager --result-file "$OUT/spec_draft.jsonl"
     stage spec_draft 150 python3 benchmark/bench_speculative.py "${SD[@]}" --num-draft-tokens 8 \
