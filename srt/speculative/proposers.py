@@ -125,6 +125,7 @@ class DraftModelProposer:
         self.chunk = chunk or 1 << 30
         # Tree search's scratch slots: after every slot the target's allocator can hand out.
         self.scratch_base = target_runner.max_total_num_tokens + target_runner.page_size
+        self.catch_up_rows = catch_up_rows(spec)
 
     def plan(self, reqs: List[Req], budgets: List[int]) -> List[int]:
         return tree_budgets(self.spec, reqs, budgets)
@@ -241,6 +242,8 @@ class DraftModelProposer:
         time), chunked; returns the logits at each request's pending token."""
         out: List[Optional[torch.Tensor]] = [None] * len(reqs)
         start = [min(r.draft_kv_len, c) for r, c in zip(reqs, cur)]
+        if max(c - s for s, c in zip(start, cur)) < self.catch_up_rows:
+            return self._catch_up_rows(reqs, start, cur)
         while True:
             todo = [i for i in range(len(reqs)) if start[i] <= cur[i]]
             if not todo:
@@ -261,6 +264,27 @@ class DraftModelProposer:
                 if start[i] == cur[i] + 1:
                     out[i] = logits[n]
                     reqs[i].draft_kv_len = start[i]
+
+    def _catch_up_rows(self, reqs: List[Req], start: List[int], cur: List[int]) -> torch.Tensor:
+        """The usual catch-up (a few tokens each) as one decode batch of a row per token, as the
+        chain verify runs: each layer stores every row's KV before any row attends, so row p sees
+        the rows before it; and a decode batch replays the draft's CUDA graphs."""
+        rows, lens, ids, last = [], [], [], []
+        for r, s, c in zip(reqs, start, cur):
+            toks = r.all_ids()
+            for p in range(s, c + 1):
+                rows.append(r.req_pool_idx)
+                lens.append(p + 1)
+                ids.append(toks[p])
+            last.append(len(rows) - 1)
+            r.draft_kv_len = c + 1
+        locs = torch.tensor(
+            [int(self.pool.req_to_token_cpu[row, n - 1]) for row, n in zip(rows, lens)],
+            dtype=torch.int64,
+        )
+        fb = build_decode_batch(torch.tensor(ids, dtype=torch.int64), lens, rows, locs, self.device)
+        logits = self.runner.forward(fb).next_token_logits
+        return logits[torch.tensor(last, device=logits.device)]
 
     def _decode_step(
         self, reqs: List[Req], tokens: List[int], positions: List[int]
@@ -329,6 +353,15 @@ class _ScratchGrid:
         )
 
 
+def catch_up_rows(spec: SpecSection) -> int:
+    """Decode rows per request the draft's graphs hold: a tree frontier's topk, and the catch-up
+    after a verify (the pending token plus the accepted drafts the draft has no KV for: one for a
+    chain, which fed every draft but the last; up to the deepest node for a tree)."""
+    if spec.topk > 1:
+        return max(spec.topk, spec.num_steps + 1)
+    return 2
+
+
 def make_proposer(spec: SpecSection, target_runner: "ModelRunner", server_args, chunk):
     if spec.algorithm == "NGRAM":
         return NgramProposer(spec)
@@ -362,7 +395,7 @@ def make_proposer(spec: SpecSection, target_runner: "ModelRunner", server_args, 
     )
     # The draft's decode passes (chain steps; tree frontiers of up to topk rows per request)
     # replay CUDA graphs captured over the target's request table.
-    model = dataclasses.replace(ModelSection.of(sa), decode_rows_per_request=spec.topk)
+    model = dataclasses.replace(ModelSection.of(sa), decode_rows_per_request=catch_up_rows(spec))
     draft = ModelRunner(
         draft_cfg,
         model,
