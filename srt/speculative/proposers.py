@@ -243,7 +243,7 @@ class DraftModelProposer:
         out: List[Optional[torch.Tensor]] = [None] * len(reqs)
         start = [min(r.draft_kv_len, c) for r, c in zip(reqs, cur)]
         if max(c - s for s, c in zip(start, cur)) < self.catch_up_rows:
-            return self._catch_up_rows(reqs, start, cur)
+            return self._catch_up_as_decode(reqs, start, cur)
         while True:
             todo = [i for i in range(len(reqs)) if start[i] <= cur[i]]
             if not todo:
@@ -265,7 +265,9 @@ class DraftModelProposer:
                     out[i] = logits[n]
                     reqs[i].draft_kv_len = start[i]
 
-    def _catch_up_rows(self, reqs: List[Req], start: List[int], cur: List[int]) -> torch.Tensor:
+    def _catch_up_as_decode(
+        self, reqs: List[Req], start: List[int], cur: List[int]
+    ) -> torch.Tensor:
         """The usual catch-up (a few tokens each) as one decode batch of a row per token, as the
         chain verify runs: each layer stores every row's KV before any row attends, so row p sees
         the rows before it; and a decode batch replays the draft's CUDA graphs."""
@@ -278,24 +280,23 @@ class DraftModelProposer:
                 ids.append(toks[p])
             last.append(len(rows) - 1)
             r.draft_kv_len = c + 1
-        locs = torch.tensor(
-            [int(self.pool.req_to_token_cpu[row, n - 1]) for row, n in zip(rows, lens)],
-            dtype=torch.int64,
-        )
-        fb = build_decode_batch(torch.tensor(ids, dtype=torch.int64), lens, rows, locs, self.device)
-        logits = self.runner.forward(fb).next_token_logits
+        logits = self._decode_rows(rows, lens, ids)
         return logits[torch.tensor(last, device=logits.device)]
 
     def _decode_step(
         self, reqs: List[Req], tokens: List[int], positions: List[int]
     ) -> torch.Tensor:
-        rows = [r.req_pool_idx for r in reqs]
+        return self._decode_rows([r.req_pool_idx for r in reqs], [p + 1 for p in positions], tokens)
+
+    def _decode_rows(self, rows: List[int], lens: List[int], tokens: List[int]) -> torch.Tensor:
+        """One draft decode pass: row i decodes tokens[i] at position lens[i] - 1 of table row
+        rows[i], into the slot the table holds there."""
         locs = torch.tensor(
-            [int(self.pool.req_to_token_cpu[row, p]) for row, p in zip(rows, positions)],
+            [int(self.pool.req_to_token_cpu[row, n - 1]) for row, n in zip(rows, lens)],
             dtype=torch.int64,
         )
         ids = torch.tensor(tokens, dtype=torch.int64)
-        fb = build_decode_batch(ids, [p + 1 for p in positions], rows, locs, self.device)
+        fb = build_decode_batch(ids, lens, rows, locs, self.device)
         return self.runner.forward(fb).next_token_logits
 
 
@@ -393,8 +394,8 @@ def make_proposer(spec: SpecSection, target_runner: "ModelRunner", server_args, 
         tree_rows_per_request=0,  # the draft reads the target's table (its scratch rows too)
         scratch_slots=scratch_slots_for(spec, target_runner.max_running_requests),
     )
-    # The draft's decode passes (chain steps; tree frontiers of up to topk rows per request)
-    # replay CUDA graphs captured over the target's request table.
+    # The draft's decode passes (chain steps, catch-ups, tree frontiers; catch_up_rows rows per
+    # request) replay CUDA graphs captured over the target's request table.
     model = dataclasses.replace(ModelSection.of(sa), decode_rows_per_request=catch_up_rows(spec))
     draft = ModelRunner(
         draft_cfg,
