@@ -135,6 +135,8 @@ def test_storm_with_disconnects_keeps_both_pools_exact(tiered_server):
     assert srv.alive()
 
 
+# A second whole server; storage-tier hits are counted in-process by test_hicache_scheduler.
+@pytest.mark.slow
 def test_second_server_on_the_same_storage_gets_storage_hits(
     default_server, tiered_server, storage_dir
 ):

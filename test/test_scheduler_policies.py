@@ -28,6 +28,8 @@ def test_flush_cache_refuses_while_requests_run(server_url):
     assert requests.post(server_url + "/flush_cache").status_code == 200
 
 
+# Paged allocation is covered in-process by the radix-cache and accounting hypothesis tests.
+@pytest.mark.slow
 def test_paged_kv_gives_the_same_tokens_and_aligned_cache_hits(server_url):
     srv = ServerProcess(
         ["--max-total-tokens", "4096", "--page-size", "4", "--chunked-prefill-size", "32"]
@@ -92,6 +94,8 @@ def test_priority_scheduling_orders_queue_and_preempts():
         srv.stop()
 
 
+# A whole server held busy past the timeout; the 503 path is the same one overload takes.
+@pytest.mark.slow
 def test_request_waiting_timeout_gives_503():
     srv = ServerProcess(
         [

@@ -172,6 +172,8 @@ def test_tp2_abort_and_retraction(tiny_models, tp_servers):
         tiny.stop()
 
 
+# Process teardown is covered by the lifecycle tests; this adds only the tp=2 rank case.
+@pytest.mark.slow
 def test_a_dying_rank_takes_the_server_down(tiny_models):
     srv = ServerProcess(
         ["--model-path", tiny_models["llama"], "--max-total-tokens", "1024", "--tp-size", "2"]
