@@ -205,14 +205,16 @@ def make_scheduler(args, model_path: str, spec: bool):
     return Scheduler(ServerArgs(**kw), None)
 
 
-def run(sched, prompts: List[List[int]], max_new: int, tag: str) -> dict:
+def run(
+    sched, prompts: List[List[int]], max_new: int, tag: str, ignore_eos: bool = True
+) -> dict:
     """All prompts at once; times every pass, splits prefill passes from decode / verify steps."""
     from sglang.srt.core.io_struct.to_scheduler import TokenizedGenerateReqInput
     from sglang.srt.core.sampling_params import SamplingParams
 
     reqs = []
     for i, ids in enumerate(prompts):
-        sp = SamplingParams(max_new_tokens=max_new, temperature=0.0, ignore_eos=True)
+        sp = SamplingParams(max_new_tokens=max_new, temperature=0.0, ignore_eos=ignore_eos)
         sp.normalize(None)
         rid = f"p{i}@{tag}"
         sched.intake.handle_generate_request(
@@ -241,6 +243,7 @@ def run(sched, prompts: List[List[int]], max_new: int, tag: str) -> dict:
     return dict(
         outputs={r.rid.split("@")[0]: list(r.output_ids) for r in reqs},
         decode_s=decode_s,
+        decode_tokens=decode_tokens,
         steps=steps,
         step_ms=decode_s / max(steps, 1) * 1e3,
         tpot_ms=decode_s / max(decode_tokens, 1) * len(reqs) * 1e3,

@@ -9,7 +9,7 @@ OUT=${OUT:-benchmark/out}
 mkdir -p "$OUT"
 source "$(dirname "$0")/gpu_env.sh"
 # Stages can be picked: STAGES="tests one_batch one_batch_fp8 offline kernels attn_sweep attn_splits gemv small_m
-# variants variants_m host_ab long_ctx fp8 fp8_tests fp8_gemv fp8_halves fp8_one fp8_mm fp8_tri fp8_prof fp8_budget recipes hicache_tests hicache spec spec_tests spec_tree spec_draft" (default: the first five).
+# variants variants_m host_ab long_ctx fp8 fp8_tests fp8_gemv fp8_halves fp8_one fp8_mm fp8_tri fp8_prof fp8_budget recipes hicache_tests hicache spec spec_tests spec_tree spec_draft ngram_text" (default: the first five).
 STAGES=${STAGES:-"tests one_batch one_batch_fp8 offline kernels"}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 # At most 8 files come back from $OUT: stages append to a few logs.
@@ -259,6 +259,15 @@ if has spec_draft; then
     stage spec_draft 150 python3 benchmark/bench_speculative.py "${SD[@]}" --num-draft-tokens 8 \
       --topk 4 --num-steps 3 $eager --result-file "$OUT/spec_draft.jsonl"
   done
+fi
+if has ngram_text; then
+  # NGRAM on real text (issue 26): a trained model (the SmolLM2 GGUF at $NGRAM_MODEL; the device
+  # carry limit is below its size, so it travels in two parts, .gguf_parts/{a,b}/part, joined by
+  # the command) copying prose and code, and answering open questions, against plain decoding.
+  NT=(--model-path "${NGRAM_MODEL:-/tmp/smollm2.gguf}" --tokenizer-path .tok/smollm2
+      --batch-size 1 8 32 --num-draft-tokens 4 8 --tree-breadth 4)
+  [[ ${SMOKE:-0} == 1 ]] && NT=(--batch-size 1 --num-draft-tokens 4 --max-new-tokens 16 --workload quote)
+  stage ngram_text 420 python3 benchmark/bench_ngram_text.py "${NT[@]}" --result-file "$OUT/ngram_text.jsonl"
 fi
 if has hicache_tests; then
   stage gpu_tests 150 python3 -m pytest test/gpu/test_hicache_gpu.py -q -p no:cacheprovider --timeout=100 -rfE

@@ -547,33 +547,48 @@ def ragged_splits(
 
 
 def bench_ragged(args) -> None:
+    """Every rule at the backend's split cap, then the rule (and a 512-token split) at each cap of
+    --ragged-max-splits: a higher cap lets one long request spread over as many programs as the
+    short ones, at the price of a larger workspace and stage-1 programs that exit at once."""
     print(
         f"\n== Decode attention on ragged batches, us per layer (% of the byte floor at "
-        f"{args.bw / 1e12:.2f} TB/s) by split rule (waves / longest split), max splits =="
+        f"{args.bw / 1e12:.2f} TB/s) by split rule (waves / longest split [/ cap]), max splits =="
     )
-    names = [f"w{w}/{c or '-'}" for w, c in RAGGED_RULES]
+    extra = [(3, None, m) for m in args.ragged_max_splits] + [
+        (3, 512, m) for m in args.ragged_max_splits
+    ]
+    names = [f"w{w}/{c or '-'}" for w, c in RAGGED_RULES] + [
+        f"w{w}/{c or '-'}/{m}" for w, c, m in extra
+    ]
     print(f"{'batch':>18} {'heads':>8} {'floor':>7} " + " ".join(f"{n:>16}" for n in names))
     for label, (h, hkv, d), lens in _ragged_cases():
         bs = len(lens)
-        max_splits = max_kv_splits_for(bs, decode_head_programs(h, hkv), 132, 16)
+        lib_max = max_kv_splits_for(bs, decode_head_programs(h, hkv), 132, 16)
+        rules = [(w, c, lib_max) for w, c in RAGGED_RULES] + extra
         n_layers = layers_for(sum(lens) * hkv * 2 * d * 2)
-        s = DecodeSetup(bs, 0, h, hkv, d, max_splits, n_layers, lens=lens)
-        ref = decode_attention_ref(s.q, s.k[0], s.v[0], s.req_to_token, s.rows, s.seq_lens, s.scale)
-        floor_ms = s.floor_bytes() / args.bw * 1e3
-        cells = []
-        for waves, cap in RAGGED_RULES:
-            s.num_kv_splits.copy_(ragged_splits(s.seq_lens, h, hkv, max_splits, waves, cap))
-            s.triton_call(0)()
-            check(f"ragged {label} w{waves}/{cap}", rel_err(s.o, ref))
-            t_ms, _ = time_layers([s.triton_call(i) for i in range(n_layers)])
-            picks = int(s.num_kv_splits.max())
-            cells.append(f"{t_ms * 1e3:7.1f} ({100 * floor_ms / t_ms:3.0f}%) {picks:>2}")
+        cells, floor_ms = [], 0.0
+        for cap_splits in sorted({m for _, _, m in rules}):
+            s = DecodeSetup(bs, 0, h, hkv, d, cap_splits, n_layers, lens=lens)
+            ref = decode_attention_ref(
+                s.q, s.k[0], s.v[0], s.req_to_token, s.rows, s.seq_lens, s.scale
+            )
+            floor_ms = s.floor_bytes() / args.bw * 1e3
+            for i, (waves, cap, m) in enumerate(rules):
+                if m != cap_splits:
+                    continue
+                s.num_kv_splits.copy_(ragged_splits(s.seq_lens, h, hkv, m, waves, cap))
+                s.triton_call(0)()
+                check(f"ragged {label} w{waves}/{cap}/{m}", rel_err(s.o, ref))
+                t_ms, _ = time_layers([s.triton_call(j) for j in range(n_layers)])
+                picks = int(s.num_kv_splits.max())
+                cell = f"{t_ms * 1e3:7.1f} ({100 * floor_ms / t_ms:3.0f}%) {picks:>2}"
+                cells.append((i, cell))
+            del s
+            torch.cuda.empty_cache()
         print(
             f"{label:>18} {f'{h}/{hkv}':>8} {floor_ms * 1e3:7.1f} "
-            + " ".join(f"{c:>16}" for c in cells)
+            + " ".join(f"{c:>16}" for _, c in sorted(cells))
         )
-        del s
-        torch.cuda.empty_cache()
 
 
 SWEEP_HEADS = (32, 8, 128)
@@ -708,6 +723,13 @@ def main() -> int:
         "--flops", type=float, default=790e12, help="dense bf16 FLOP/s for the extend floor"
     )
     ap.add_argument("--max-kv-splits", type=int, default=16)
+    ap.add_argument(
+        "--ragged-max-splits",
+        type=int,
+        nargs="*",
+        default=[32, 64],
+        help="ragged: split caps tried beside the backend's",
+    )
     ap.add_argument(
         "--only",
         default="decode,extend,fused",
