@@ -205,9 +205,7 @@ def make_scheduler(args, model_path: str, spec: bool):
     return Scheduler(ServerArgs(**kw), None)
 
 
-def run(
-    sched, prompts: List[List[int]], max_new: int, tag: str, ignore_eos: bool = True
-) -> dict:
+def run(sched, prompts: List[List[int]], max_new: int, tag: str, ignore_eos: bool = True) -> dict:
     """All prompts at once; times every pass, splits prefill passes from decode / verify steps."""
     from sglang.srt.core.io_struct.to_scheduler import TokenizedGenerateReqInput
     from sglang.srt.core.sampling_params import SamplingParams

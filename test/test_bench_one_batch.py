@@ -236,3 +236,18 @@ def test_bench_speculative_real_draft_cpu(topk: int) -> None:
         assert (r["batch_size"], r["accept"]) == (o["batch_size"], o["accept"])
         assert r["accept_length"] == o["accept_length"]
         assert r.get("same_tokens", True)
+
+
+def test_bench_ngram_text_cpu() -> None:
+    """NGRAM on real text with the embedded trained model: asked to copy a passage, the model's
+    greedy continuation repeats the prompt, so verify passes accept drafts (more than one token per
+    verify), and the tokens equal plain decoding's for every request."""
+    import bench_ngram_text
+
+    rows = bench_ngram_text.main(
+        "--workload quote --batch-size 2 --num-draft-tokens 4 --max-new-tokens 24".split()
+    )
+    plain = next(r for r in rows if r.variant == "plain")
+    spec = next(r for r in rows if r.variant == "chain k=4")
+    assert spec.same_tokens == 1.0 and spec.output_tokens == plain.output_tokens
+    assert spec.tokens_per_verify > 1.0 and spec.steps < plain.steps

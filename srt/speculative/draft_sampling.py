@@ -25,15 +25,17 @@ def draft_info(reqs: List[Req], vocab: int, device: str, step: int) -> SamplingB
 
 def choose_drafts(
     logits: torch.Tensor, info: SamplingBatchInfo
-) -> Tuple[List[int], Optional[torch.Tensor]]:
-    """Each row's draft token and the draft distribution behind it (None if all rows are greedy)."""
+) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Each row's draft token (int64, on the logits' device: the next draft step takes it as its
+    input without a host round trip) and the draft distribution behind it (None if all rows are
+    greedy)."""
     logits = logits.float()
     greedy = logits.argmax(dim=-1)
     if info.is_all_greedy:
-        return greedy.tolist(), None
+        return greedy, None
     probs = target_probs(logits, info)
     sampled = race_argmax_torch(probs, row_hash(info.seeds ^ DRAFT_SALT, info.steps))
     toks = torch.where(info.greedy, greedy, sampled)
     point = torch.zeros_like(probs).scatter_(1, greedy.unsqueeze(1), 1.0)
     probs = torch.where(info.greedy.unsqueeze(1), point, probs)
-    return toks.tolist(), probs
+    return toks, probs

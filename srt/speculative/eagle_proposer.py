@@ -150,20 +150,19 @@ class EagleProposer:
         if ran is None:
             return [], []
         hidden, logits = ran
-        toks: List[int] = []
+        toks: List[torch.Tensor] = []
         qs: List[Optional[torch.Tensor]] = []
         feat, last = hidden[-1:], logits[-1:]
         for j in range(k):
             info = draft_info([r], self.vocab, self.device, j)
-            (t,), q = choose_drafts(last, info)
-            toks.append(t)
+            tok, q = choose_drafts(last, info)
+            toks.append(tok)
             qs.append(None if q is None else q[0])
             if j + 1 == k:
                 break
-            tok = torch.tensor([t], dtype=torch.int64, device=self.device)
             p = torch.tensor([cur + j], device=self.device)
             feat, last = self.head.step(tok, feat, p, st.kv)
-        return toks, qs
+        return torch.cat(toks).tolist(), qs  # the one host sync of the chain
 
     def _draft_trees(self, reqs: List[Req], num_drafts: List[int], prefix_lens: List[int]):
         ids: List[int] = []

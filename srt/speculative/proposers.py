@@ -149,22 +149,30 @@ class DraftModelProposer:
             logits = self._catch_up(sub, cur)
             step = 0
             live = list(range(len(sub)))
+            # Draft tokens stay on the device from step to step (each step's input is the last
+            # step's choice); the host reads them all once, after the last step is queued.
+            chosen: List[torch.Tensor] = []
+            owners: List[int] = []
             while live:
                 info = draft_info([sub[j] for j in live], self.vocab, self.device, step)
                 toks, q = choose_drafts(logits, info)
+                chosen.append(toks)
                 for n, j in enumerate(live):
-                    drafts[active[j]].append(toks[n])
+                    owners.append(active[j])
                     if q is not None:
                         q_parts[active[j]].append(q[n])
                 step += 1
-                live = [j for j in live if num_drafts[active[j]] > step]
-                if not live:
+                keep = [n for n, j in enumerate(live) if num_drafts[active[j]] > step]
+                if not keep:
                     break
+                if len(keep) < len(live):
+                    toks = toks[torch.tensor(keep, device=toks.device)]
+                live = [live[n] for n in keep]
                 logits = self._decode_step(
-                    [sub[j] for j in live],
-                    [drafts[active[j]][-1] for j in live],
-                    [cur[j] + step for j in live],
+                    [sub[j] for j in live], toks, [cur[j] + step for j in live]
                 )
+            for i, t in zip(owners, torch.cat(chosen).tolist()):
+                drafts[i].append(t)
         ids: List[int] = []
         any_q = any(q_parts[i] for i in range(len(reqs)))
         for i, r in enumerate(reqs):
@@ -284,18 +292,20 @@ class DraftModelProposer:
         return logits[torch.tensor(last, device=logits.device)]
 
     def _decode_step(
-        self, reqs: List[Req], tokens: List[int], positions: List[int]
+        self, reqs: List[Req], tokens: torch.Tensor, positions: List[int]
     ) -> torch.Tensor:
         return self._decode_rows([r.req_pool_idx for r in reqs], [p + 1 for p in positions], tokens)
 
-    def _decode_rows(self, rows: List[int], lens: List[int], tokens: List[int]) -> torch.Tensor:
-        """One draft decode pass: row i decodes tokens[i] at position lens[i] - 1 of table row
-        rows[i], into the slot the table holds there."""
+    def _decode_rows(self, rows: List[int], lens: List[int], tokens) -> torch.Tensor:
+        """One draft decode pass: row i decodes tokens[i] (a list, or int64 ids already on the
+        device) at position lens[i] - 1 of table row rows[i], into the slot the table holds there."""
         locs = torch.tensor(
             [int(self.pool.req_to_token_cpu[row, n - 1]) for row, n in zip(rows, lens)],
             dtype=torch.int64,
         )
-        ids = torch.tensor(tokens, dtype=torch.int64)
+        ids = (
+            tokens if isinstance(tokens, torch.Tensor) else torch.tensor(tokens, dtype=torch.int64)
+        )
         fb = build_decode_batch(ids, lens, rows, locs, self.device)
         return self.runner.forward(fb).next_token_logits
 
