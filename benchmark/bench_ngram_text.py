@@ -10,8 +10,8 @@ an oracle's. Three chat workloads, each a batch of distinct prompts built from r
 
 Each workload decodes greedily to EOS (or --max-new-tokens) on a plain scheduler and then on NGRAM
 schedulers (chains of --num-draft-tokens, optionally trees), in-process, every pass timed with a
-device sync. The speed-up is the plain run's decode time over the speculative run's for the same
-requests; tokens per verify and token equality with the plain run are printed beside it.
+device sync. The speed-up is the plain run's decode time per output token over the speculative
+run's; tokens per verify and token equality with the plain run are printed beside it.
 
     python benchmark/bench_ngram_text.py --batch-size 1 8 --num-draft-tokens 4 8
 """
@@ -56,8 +56,9 @@ class Row:
     steps: int
     output_tokens: int
     tokens_per_verify: float
-    speedup: float
+    speedup: float  # plain decode time per output token / this variant's
     same_tokens: float  # fraction of requests whose tokens equal the plain run's
+    first_diff: int  # the earliest output index where a request's tokens part from plain (-1: none)
 
 
 def passages(n: int) -> List[str]:
@@ -108,6 +109,7 @@ def make_scheduler(args, spec: Optional[dict]):
         max_total_tokens=args.max_total_tokens,
         max_running_requests=max(args.batch_size),
         random_seed=1,
+        skinny_matmul=args.skinny_matmul,
     )
     if spec:
         kw.update(speculative_algorithm="NGRAM", **spec)
@@ -139,6 +141,13 @@ def main(argv=None) -> List[Row]:
     p.add_argument("--tree-breadth", type=int, nargs="*", default=[])
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--max-total-tokens", type=int, default=32768)
+    p.add_argument(
+        "--skinny-matmul",
+        default="auto",
+        choices=["auto", "triton", "cublas"],
+        help="as the server flag: cublas makes one-row (plain bs 1) and multi-row (verify) "
+        "products round alike on CUDA",
+    )
     p.add_argument("--result-file", default=None)
     args = p.parse_args(argv)
 
@@ -167,7 +176,7 @@ def main(argv=None) -> List[Row]:
         base[key] = run(plain, prompts, args.max_new_tokens, "plain", ignore_eos=False)
     del plain
     rows = [
-        Row(w, bs, "plain", r["decode_s"], r["steps"], r["decode_tokens"], 1.0, 1.0, 1.0)
+        Row(w, bs, "plain", r["decode_s"], r["steps"], r["decode_tokens"], 1.0, 1.0, 1.0, -1)
         for (w, bs), r in base.items()
     ]
     for name, spec in variants(args).items():
@@ -178,9 +187,13 @@ def main(argv=None) -> List[Row]:
             r = run(sched, prompts, args.max_new_tokens, "spec", ignore_eos=False)
             b = base[(w, bs)]
             same = sum(r["outputs"][k] == b["outputs"][k] for k in b["outputs"]) / len(prompts)
+            diffs = [first_diff(r["outputs"][k], b["outputs"][k]) for k in b["outputs"]]
+            diffs = [d for d in diffs if d >= 0]
+            per_tok = r["decode_s"] / max(r["decode_tokens"], 1)
+            speedup = b["decode_s"] / max(b["decode_tokens"], 1) / max(per_tok, 1e-12)
             rows.append(
                 Row(w, bs, name, r["decode_s"], r["steps"], r["decode_tokens"],
-                    r["accept_length"], b["decode_s"] / max(r["decode_s"], 1e-9), same)
+                    r["accept_length"], speedup, same, min(diffs) if diffs else -1)
             )  # fmt: skip
         del sched
     print_table(rows)
@@ -191,6 +204,14 @@ def main(argv=None) -> List[Row]:
     return rows
 
 
+def first_diff(a: List[int], b: List[int]) -> int:
+    """The first index where two token lists differ (a length difference counts), -1 if equal."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return -1 if len(a) == len(b) else min(len(a), len(b))
+
+
 def device_name() -> str:
     return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
 
@@ -198,13 +219,14 @@ def device_name() -> str:
 def print_table(rows: List[Row]) -> None:
     print(f"\nNGRAM on real text, {device_name()}")
     print(
-        "| workload | bs | variant | decode s | steps | output tok | tok / verify | speed-up | same |"
+        "| workload | bs | variant | decode s | steps | output tok | tok / verify | speed-up | same | first diff |"
     )
-    print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
             f"| {r.workload} | {r.batch_size} | {r.variant} | {r.decode_s:.3f} | {r.steps} | "
-            f"{r.output_tokens} | {r.tokens_per_verify:.2f} | {r.speedup:.2f}x | {r.same_tokens:.2f} |"
+            f"{r.output_tokens} | {r.tokens_per_verify:.2f} | {r.speedup:.2f}x | {r.same_tokens:.2f} | "
+            f"{r.first_diff} |"
         )
 
 
