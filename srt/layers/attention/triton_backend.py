@@ -19,6 +19,7 @@ to the logits and to P.V, so no dequantised copy of the pool is ever made.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
@@ -45,11 +46,20 @@ DEFAULT_MAX_KV_SPLITS = 16
 # function of the batch size alone, so each CUDA graph has a fixed grid.
 LONG_MAX_KV_SPLITS = 64
 _SPLIT_WAVES = 3  # compute_num_kv_splits' default target of programs per SM
+# Up to MID_SPLITS_MAX_BS rows the cap is at least MID_MAX_KV_SPLITS, so that one long request
+# among short ones can be cut into as many splits as its share of the batch's work asks for. Above
+# that the stage-1 grid (bs x heads x cap, the programs past a request's split count exiting at
+# once) costs more than a long request gains. SGLANG_MID_MAX_KV_SPLITS sets it for A/B runs.
+MID_MAX_KV_SPLITS = int(os.environ.get("SGLANG_MID_MAX_KV_SPLITS", DEFAULT_MAX_KV_SPLITS))
+MID_SPLITS_MAX_BS = 128
 
 
 def max_kv_splits_for(bs: int, head_programs: int, num_sms: int, floor: int) -> int:
-    """The split cap of a batch: `floor`, raised (up to LONG_MAX_KV_SPLITS) until bs x head
-    programs x cap reaches the split rule's target of _SPLIT_WAVES programs per SM."""
+    """The split cap of a batch: `floor` (at least MID_MAX_KV_SPLITS up to MID_SPLITS_MAX_BS
+    rows), raised (up to LONG_MAX_KV_SPLITS) until bs x head programs x cap reaches the split
+    rule's target of _SPLIT_WAVES programs per SM."""
+    if bs <= MID_SPLITS_MAX_BS:
+        floor = max(floor, MID_MAX_KV_SPLITS)
     want = -(-_SPLIT_WAVES * num_sms // max(bs * head_programs, 1))
     return max(floor, min(LONG_MAX_KV_SPLITS, want))
 
