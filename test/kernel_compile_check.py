@@ -543,7 +543,7 @@ def main(argv: Optional[list] = None) -> int:
         "sampler race fp32",
         sampling._race_kernel,
         {"Probs": "*fp32", "RowHash": "*i64", "BestVal": "*fp32", "BestIdx": "*i32"},
-        dict(NUM_SPLITS=8, BLOCK=1024),
+        dict(BLOCK=1024),
         4,
         1,
     )
@@ -552,7 +552,7 @@ def main(argv: Optional[list] = None) -> int:
             f"greedy partial {dt}",
             sampling._greedy_partial_kernel,
             {"Logits": f"*{dt}", "BestVal": "*fp32", "BestIdx": "*i32"},
-            dict(NUM_SPLITS=264, BLOCK=1024),
+            dict(BLOCK=1024),
             4,
             3,
         )
@@ -560,7 +560,7 @@ def main(argv: Optional[list] = None) -> int:
         "greedy final",
         sampling._greedy_final_kernel,
         {"BestVal": "*fp32", "BestIdx": "*i32", "Ids": "*i64", "Dead": "*i1"},
-        dict(NUM_SPLITS=264, BLOCK_S=512),
+        dict(BLOCK_S=512),
         1,
         1,
     )

@@ -50,8 +50,8 @@ _SPLIT_WAVES = 3  # compute_num_kv_splits' default target of programs per SM
 # among short ones can be cut into as many splits as its share of the batch's work asks for. Above
 # that the stage-1 grid (bs x heads x cap, the programs past a request's split count exiting at
 # once) costs more than a long request gains. SGLANG_MID_MAX_KV_SPLITS sets it for A/B runs.
-MID_MAX_KV_SPLITS = int(os.environ.get("SGLANG_MID_MAX_KV_SPLITS", DEFAULT_MAX_KV_SPLITS))
-MID_SPLITS_MAX_BS = 128
+MID_MAX_KV_SPLITS = int(os.environ.get("SGLANG_MID_MAX_KV_SPLITS", 32))
+MID_SPLITS_MAX_BS = 64
 
 
 def max_kv_splits_for(bs: int, head_programs: int, num_sms: int, floor: int) -> int:
