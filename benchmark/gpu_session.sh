@@ -261,10 +261,11 @@ if has spec_draft; then
   done
 fi
 if has ngram_text; then
-  # NGRAM on real text (issue 26): a trained model (the SmolLM2 GGUF at $NGRAM_MODEL; the device
-  # carry limit is below its size, so it travels in two parts, .gguf_parts/{a,b}/part, joined by
-  # the command) copying prose and code, and answering open questions, against plain decoding.
-  NT=(--model-path "${NGRAM_MODEL:-/tmp/smollm2.gguf}" --tokenizer-path .tok/smollm2
+  # NGRAM on real text (issue 26): a trained model (the SmolLM2 GGUF at $NGRAM_MODEL, its tokenizer
+  # read from the file; the device carry limit is below its size, so it travels in two parts over two
+  # back-to-back calls, .gguf_parts/a/part to /tmp/smol.a first, then .gguf_parts/b/part joined to
+  # it) copying prose and code, and answering open questions, against plain decoding.
+  NT=(--model-path "${NGRAM_MODEL:-/tmp/smollm2.gguf}"
       --batch-size 1 8 32 --num-draft-tokens 4 8 --tree-breadth 4)
   [[ ${SMOKE:-0} == 1 ]] && NT=(--batch-size 1 --num-draft-tokens 4 --max-new-tokens 16 --workload quote)
   stage ngram_text 420 python3 benchmark/bench_ngram_text.py "${NT[@]}" --result-file "$OUT/ngram_text.jsonl"
