@@ -10,7 +10,7 @@ draft, so stale or missing draft KV costs speed, never correctness.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, List, Optional, Union
 
 import torch
 
@@ -168,8 +168,8 @@ class DraftModelProposer:
                 if len(keep) < len(live):
                     toks = toks[torch.tensor(keep, device=toks.device)]
                 live = [live[n] for n in keep]
-                logits = self._decode_step(
-                    [sub[j] for j in live], toks, [cur[j] + step for j in live]
+                logits = self._decode_rows(
+                    [sub[j].req_pool_idx for j in live], [cur[j] + step + 1 for j in live], toks
                 )
             for i, t in zip(owners, torch.cat(chosen).tolist()):
                 drafts[i].append(t)
@@ -291,12 +291,9 @@ class DraftModelProposer:
         logits = self._decode_rows(rows, lens, ids)
         return logits[torch.tensor(last, device=logits.device)]
 
-    def _decode_step(
-        self, reqs: List[Req], tokens: torch.Tensor, positions: List[int]
+    def _decode_rows(
+        self, rows: List[int], lens: List[int], tokens: Union[List[int], torch.Tensor]
     ) -> torch.Tensor:
-        return self._decode_rows([r.req_pool_idx for r in reqs], [p + 1 for p in positions], tokens)
-
-    def _decode_rows(self, rows: List[int], lens: List[int], tokens) -> torch.Tensor:
         """One draft decode pass: row i decodes tokens[i] (a list, or int64 ids already on the
         device) at position lens[i] - 1 of table row rows[i], into the slot the table holds there."""
         locs = torch.tensor(
