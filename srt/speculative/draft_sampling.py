@@ -6,6 +6,7 @@ a point mass on its argmax)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import List, Optional, Tuple
 
 import torch
@@ -16,11 +17,45 @@ from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
 from sglang.srt.speculative.verify import DRAFT_SALT, target_probs
 
 
-def draft_info(reqs: List[Req], vocab: int, device: str, step: int) -> SamplingBatchInfo:
-    """The requests' sampling parameters for drafting their (step + 1)-th draft."""
+def draft_info(reqs: List[Req], vocab: int, device: str) -> SamplingBatchInfo:
+    """The requests' sampling parameters for their first draft, built once per draft: later draft
+    steps take rows and step offsets of it (draft_step_info) instead of rebuilding it. Drafts
+    follow the target's temperature and filters but not its history terms (penalties, bias, masks):
+    verification judges each draft under those."""
     info = SamplingBatchInfo.from_reqs(reqs, vocab, device)
-    info.steps = info.steps + 1 + step  # the 1-based index of the drafted token, as verify
-    return info
+    return dataclasses.replace(
+        info,
+        steps=info.steps + 1,  # the 1-based index of the drafted token, as verify
+        logit_bias=None,
+        frequency_penalties=None,
+        presence_penalties=None,
+        output_counts=None,
+        repetition_penalties=None,
+        seen_mask=None,
+        min_tokens_block=None,
+        vocab_mask=None,
+        apply_vocab_mask=None,
+    )
+
+
+def draft_step_info(
+    base: SamplingBatchInfo, rows: Optional[torch.Tensor], step: int
+) -> SamplingBatchInfo:
+    """base's rows `rows` (None: all) for the (step + 1)-th draft; no host-to-device copy."""
+    if rows is None:
+        return dataclasses.replace(base, steps=base.steps + step) if step else base
+    if base.is_all_greedy:  # choose_drafts reads nothing else of an all-greedy info
+        return base
+    return dataclasses.replace(
+        base,
+        temperatures=base.temperatures[rows],
+        top_ps=base.top_ps[rows],
+        top_ks=base.top_ks[rows],
+        min_ps=base.min_ps[rows],
+        greedy=base.greedy[rows],
+        seeds=base.seeds[rows],
+        steps=base.steps[rows] + step,
+    )
 
 
 def choose_drafts(

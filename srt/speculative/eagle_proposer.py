@@ -20,7 +20,11 @@ import torch
 
 from sglang.srt.configs.sections import SpecSection
 from sglang.srt.core.req import Req
-from sglang.srt.speculative.draft_sampling import choose_drafts, draft_info
+from sglang.srt.speculative.draft_sampling import (
+    choose_drafts,
+    draft_info,
+    draft_step_info,
+)
 from sglang.srt.speculative.eagle_head import EAGLE, EagleHead, EagleKV
 from sglang.srt.speculative.tree_search import ROOT, TreeSearch, tree_budgets, tree_topk
 from sglang.srt.speculative.verify import VerifyLayout
@@ -153,9 +157,9 @@ class EagleProposer:
         toks: List[torch.Tensor] = []
         qs: List[Optional[torch.Tensor]] = []
         feat, last = hidden[-1:], logits[-1:]
+        base = draft_info([r], self.vocab, self.device)
         for j in range(k):
-            info = draft_info([r], self.vocab, self.device, j)
-            tok, q = choose_drafts(last, info)
+            tok, q = choose_drafts(last, draft_step_info(base, None, j))
             toks.append(tok)
             qs.append(None if q is None else q[0])
             if j + 1 == k:

@@ -18,7 +18,11 @@ from sglang.srt.configs.sections import SpecSection
 from sglang.srt.core.forward_batch_info import build_decode_batch, build_extend_batch
 from sglang.srt.core.req import Req
 from sglang.srt.distributed.parallel_state import tp_all_gather
-from sglang.srt.speculative.draft_sampling import choose_drafts, draft_info
+from sglang.srt.speculative.draft_sampling import (
+    choose_drafts,
+    draft_info,
+    draft_step_info,
+)
 from sglang.srt.speculative.draft_tree import DraftTree
 from sglang.srt.speculative.ngram_proposer import NgramIndex
 from sglang.srt.speculative.tree_search import (
@@ -153,8 +157,10 @@ class DraftModelProposer:
             # step's choice); the host reads them all once, after the last step is queued.
             chosen: List[torch.Tensor] = []
             owners: List[int] = []
+            base = draft_info(sub, self.vocab, self.device)
+            rows: Optional[torch.Tensor] = None  # live's indices into sub, on the device
             while live:
-                info = draft_info([sub[j] for j in live], self.vocab, self.device, step)
+                info = draft_step_info(base, rows, step)
                 toks, q = choose_drafts(logits, info)
                 chosen.append(toks)
                 for n, j in enumerate(live):
@@ -167,7 +173,8 @@ class DraftModelProposer:
                     break
                 if len(keep) < len(live):
                     toks = toks[torch.tensor(keep, device=toks.device)]
-                live = [live[n] for n in keep]
+                    live = [live[n] for n in keep]
+                    rows = torch.tensor(live, device=toks.device)
                 logits = self._decode_rows(
                     [sub[j].req_pool_idx for j in live], [cur[j] + step + 1 for j in live], toks
                 )
