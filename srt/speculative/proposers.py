@@ -172,9 +172,10 @@ class DraftModelProposer:
                 if not keep:
                     break
                 if len(keep) < len(live):
-                    toks = toks[torch.tensor(keep, device=toks.device)]
+                    kept = torch.tensor(keep, device=toks.device)
+                    toks = toks[kept]
+                    rows = kept if rows is None else rows[kept]
                     live = [live[n] for n in keep]
-                    rows = torch.tensor(live, device=toks.device)
                 logits = self._decode_rows(
                     [sub[j].req_pool_idx for j in live], [cur[j] + step + 1 for j in live], toks
                 )
