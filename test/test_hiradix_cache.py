@@ -231,6 +231,25 @@ def test_split_of_host_only_and_both_tier_nodes():
     check_structure(cache)
 
 
+def test_storage_read_released_after_its_node_was_split():
+    """A storage write holds a path; a match splits a node on it meanwhile. The release must
+    free the upper part too, or the host copies stay protected for ever (an idle leak)."""
+    cache, dev, host, alloc = make_cache(16, 32, threshold=1)
+    key = list(range(8))
+    slots = alloc.alloc(8)
+    write_kv(dev, slots.tolist(), None, key, 0)
+    cache.insert(key, slots)
+    cache.on_batch_launched()
+    leaf = cache.match_prefix(key).last_host_node
+    cache.inc_host_ref_path(leaf)
+    assert cache.host_protected_size() == 8
+    cache.match_prefix(key[:3])  # splits the held node
+    cache.dec_host_ref_path(leaf)
+    assert (cache.host_evictable_size(), cache.host_protected_size()) == (8, 0)
+    assert cache._recompute_host_sizes() == (8, 0)
+    check_structure(cache)
+
+
 def test_insert_host_attaches_below_the_reached_node_and_returns_overlap():
     cache, dev, host, alloc = make_cache(16, 32, threshold=None)
     key = list(range(8))
@@ -262,14 +281,22 @@ class HiTreeMachine(RuleBasedStateMachine):
         )
         self.model: Dict[Key, Tuple[bool, bool]] = {}
         self.locks: List[Tuple[TreeNode, Key]] = []
+        self.reads: List[Tuple[TreeNode, Key]] = []  # paths held as a storage write holds them
 
     keys = st.lists(st.integers(0, 2), min_size=1, max_size=12)
     extras = st.sampled_from([None, "a"])
 
     # -- helpers
     def locked(self) -> Set[Key]:
+        return self._prefixes(self.locks)
+
+    def read(self) -> Set[Key]:
+        return self._prefixes(self.reads)
+
+    @staticmethod
+    def _prefixes(held: List[Tuple[TreeNode, Key]]) -> Set[Key]:
         out = set()
-        for _, (extra, path) in self.locks:
+        for _, (extra, path) in held:
             out.update((extra, path[: i + 1]) for i in range(len(path)))
         return out
 
@@ -299,6 +326,8 @@ class HiTreeMachine(RuleBasedStateMachine):
             if b is not None and b[0] and not (a is not None and a[0]):
                 counts["lost_device"] = counts.get("lost_device", 0) + 1
         assert self.locked() <= {k for k, v in after.items() if v[0]}, "a locked prefix left"
+        read_copies = {k for k in self.read() if self.model.get(k, (0, 0))[1]}
+        assert read_copies <= {k for k, v in after.items() if v[1]}, "a read host copy left"
         self.model = after
         return counts
 
@@ -374,6 +403,24 @@ class HiTreeMachine(RuleBasedStateMachine):
         self.cache.dec_lock_ref(node)
         self.observe(set())
 
+    @rule(key=keys, extra=extras)
+    def hold_for_storage(self, key, extra):
+        """A storage write holds the path to a node with a host copy (its ancestors may still be
+        device-only: the write covers only the blocks whose rows are all on the host)."""
+        m = self.cache.match_prefix(key, extra)
+        self.observe(set())
+        n = len(m.device_indices) + m.host_hit_length
+        if n and m.last_host_node.host_value is not None:
+            self.cache.inc_host_ref_path(m.last_host_node)
+            self.reads.append((m.last_host_node, (extra, tuple(key[:n]))))
+
+    @precondition(lambda self: self.reads)
+    @rule(data=st.data())
+    def storage_written(self, data):
+        node, _ = self.reads.pop(data.draw(st.integers(0, len(self.reads) - 1)))
+        self.cache.dec_host_ref_path(node)
+        self.observe(set())
+
     @rule(n=st.integers(0, 45))
     def evict(self, n):
         evictable = self.cache.evictable_size()
@@ -411,7 +458,13 @@ class HiTreeMachine(RuleBasedStateMachine):
         assert cache.protected_size() == len(self.locked())
         assert cache.evictable_size() + cache.protected_size() == on_dev
         assert self.alloc.available_size() + on_dev == self.SIZE
-        assert cache.host_evictable_size() == on_host and cache.host_protected_size() == 0
+        read_copies = sum(1 for k in self.read() if self.model[k][1])
+        assert cache.host_protected_size() == read_copies
+        assert cache.host_evictable_size() + read_copies == on_host
+        assert cache._recompute_host_sizes() == (
+            cache.host_evictable_size(),
+            cache.host_protected_size(),
+        )
         assert self.host.available_size() + on_host == self.HOST
         assert cache._recompute_sizes() == (cache.evictable_size(), cache.protected_size())
         dev_slots = cache.all_values().tolist()

@@ -95,7 +95,7 @@ class _WriteOp:
     keys: List[str]
     host_slots: List[torch.Tensor]  # one [BLOCK] tensor per key
     done: CopyDone
-    held: List[TreeNode]  # host copies protected until the files are written
+    held: TreeNode  # the path ending here keeps its host copies until the files are written
 
 
 @dataclass
@@ -149,7 +149,7 @@ class StorageTier:
             except queue.Empty:
                 break
             self._writes_in_flight -= 1
-            self.tree.dec_host_ref_nodes(op.held)
+            self.tree.dec_host_ref_path(op.held)
         for op in [p for p in self._prefetches if p.cancel and p.finished.is_set()]:
             self._prefetches.remove(op)  # an orphan (its request left): give its slots back
             self.tree.host_pool.free(op.host_slots)
@@ -203,9 +203,9 @@ class StorageTier:
                     keys.append(hashes[b])
                     slots.append(row.clone())
             if keys:
-                held = self.tree.inc_host_ref_path(node)
+                self.tree.inc_host_ref_path(node)
                 self._writes_in_flight += 1
-                self._writes.put(_WriteOp(keys, slots, done, held))
+                self._writes.put(_WriteOp(keys, slots, done, node))
                 keys, slots = [], []
 
     def _write_loop(self) -> None:

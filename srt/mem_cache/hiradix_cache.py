@@ -257,7 +257,11 @@ class HiRadixCache(RadixCache):
         if host is None:
             return False
         node.host_value = host
-        self._host_evictable_size += n
+        # A storage write may hold this node's path (host_ref counts readers, copy or not).
+        if node.host_ref:
+            self._host_protected_size += n
+        else:
+            self._host_evictable_size += n
         pw = _PendingWrite([node], node.value, host)
         (self._unready_writes if self._building else self._ready_writes).append(pw)
         self._update_host_status(node)
@@ -444,10 +448,10 @@ class HiRadixCache(RadixCache):
         return dev, node
 
     def _host_ref(self, nodes: List[TreeNode], delta: int) -> None:
+        """host_ref counts readers whether or not the node has a copy yet (as lock_ref does);
+        only a copy's tokens move between evictable and protected."""
         for p in nodes:
-            if p.host_value is None:
-                continue
-            k = len(p.host_value)
+            k = 0 if p.host_value is None else len(p.host_value)
             if delta > 0 and p.host_ref == 0:
                 self._host_evictable_size -= k
                 self._host_protected_size += k
@@ -458,17 +462,21 @@ class HiRadixCache(RadixCache):
                 self._host_protected_size -= k
             self._update_host_status(p)
 
-    def inc_host_ref_path(self, node: TreeNode) -> List[TreeNode]:
-        """Protect the host copies on the path ending at `node` (storage reads); returns the nodes."""
+    def _path_to_root(self, node: TreeNode) -> List[TreeNode]:
         nodes = []
         while node is not None and node is not self.root:
             nodes.append(node)
             node = node.parent
-        self._host_ref(nodes, +1)
         return nodes
 
-    def dec_host_ref_nodes(self, nodes: List[TreeNode]) -> None:
-        self._host_ref(nodes, -1)
+    def inc_host_ref_path(self, node: TreeNode) -> None:
+        """Protect the host copies on the path ending at `node` (storage reads)."""
+        self._host_ref(self._path_to_root(node), +1)
+
+    def dec_host_ref_path(self, node: TreeNode) -> None:
+        """Release what inc_host_ref_path(node) protected. The path is walked again, not
+        remembered: a node split meanwhile left its upper part, holding the same ref, on it."""
+        self._host_ref(self._path_to_root(node), -1)
 
     # ------------------------------------------------------------------ host-only inserts
     def insert_host(
