@@ -44,6 +44,17 @@ def make_cache(size: int, host_size: int, threshold: Optional[int], page_size: i
     return cache, dev, host, alloc
 
 
+def filled_cache(n: int):
+    """A write-through cache holding tokens 0..n-1 on the device, their host copies queued."""
+    cache, dev, host, alloc = make_cache(16, 32, threshold=1)
+    key = list(range(n))
+    slots = alloc.alloc(n)
+    write_kv(dev, slots.tolist(), None, key, 0)
+    cache.insert(key, slots)
+    cache.on_batch_launched()
+    return cache, dev, host, alloc, key
+
+
 def write_kv(dev: MHATokenToKVPool, slots: List[int], extra, key: List[int], start: int) -> None:
     """Simulate the forward pass: slot j holds the KV of token start + j."""
     for j, s in enumerate(slots):
@@ -167,12 +178,7 @@ def test_without_room_on_host_eviction_deletes():
 
 
 def test_insert_adopts_the_callers_slots_for_host_only_nodes():
-    cache, dev, _, alloc = make_cache(16, 32, threshold=1)
-    key = list(range(6))
-    slots = alloc.alloc(6)
-    write_kv(dev, slots.tolist(), None, key, 0)
-    cache.insert(key, slots)
-    cache.on_batch_launched()
+    cache, dev, _, alloc, key = filled_cache(6)
     cache.evict(6)
     fresh = alloc.alloc(8)
     write_kv(dev, fresh.tolist(), None, key + [9, 9], 0)
@@ -213,12 +219,7 @@ def test_load_back_without_device_room_returns_none_and_keeps_state():
 
 
 def test_split_of_host_only_and_both_tier_nodes():
-    cache, dev, host, alloc = make_cache(16, 32, threshold=1)
-    key = list(range(8))
-    slots = alloc.alloc(8)
-    write_kv(dev, slots.tolist(), None, key, 0)
-    cache.insert(key, slots)
-    cache.on_batch_launched()
+    cache, dev, host, alloc, key = filled_cache(8)
     m = cache.match_prefix(key[:3])  # splits a node on both tiers
     assert len(m.device_indices) == 3
     cache.evict(16)
@@ -234,12 +235,7 @@ def test_split_of_host_only_and_both_tier_nodes():
 def test_storage_read_released_after_its_node_was_split():
     """A storage write holds a path; a match splits a node on it meanwhile. The release must
     free the upper part too, or the host copies stay protected for ever (an idle leak)."""
-    cache, dev, host, alloc = make_cache(16, 32, threshold=1)
-    key = list(range(8))
-    slots = alloc.alloc(8)
-    write_kv(dev, slots.tolist(), None, key, 0)
-    cache.insert(key, slots)
-    cache.on_batch_launched()
+    cache, dev, host, alloc, key = filled_cache(8)
     leaf = cache.match_prefix(key).last_host_node
     cache.inc_host_ref_path(leaf)
     assert cache.host_protected_size() == 8
