@@ -117,8 +117,9 @@ def check_graph_runner(path: str, seed: int) -> None:
     for sel in ([0, 1, 2, 3], [2], [1, 3]):
         ps = [prompts[i] for i in sel]
         sh = [-1] * len(ps)
-        e_toks, e_logits = run_greedy(eager, ps, sh, steps=4)
-        g_toks, g_logits = run_greedy(graphed, ps, sh, steps=4)
+        # Two decode replays: the second reads KV the first graphed step wrote.
+        e_toks, e_logits = run_greedy(eager, ps, sh, steps=2)
+        g_toks, g_logits = run_greedy(graphed, ps, sh, steps=2)
         errs = [rel(a, b) for a, b in zip(g_logits, e_logits)]
         report(
             f"graph runner (bs {len(ps)} -> {graphed.graph_runner.padded_size(len(ps))}) == eager",

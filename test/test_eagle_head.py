@@ -165,6 +165,59 @@ def test_eagle_head_step_by_step_equals_all_at_once(tmp_path, variant) -> None:
     assert kv.k.shape == (t, KV, D)
 
 
+@pytest.mark.parametrize("variant", [EAGLE, EAGLE3])
+def test_step_rows_equals_each_request_stepped_alone(tmp_path, variant) -> None:
+    """One batched step over requests with different cache lengths and new-row counts (a chunk of
+    3, a single draft, a first step on an empty cache) gives each request what its own step gives,
+    and leaves each cache as its own step does."""
+    g = torch.Generator().manual_seed(4)
+    (_write_eagle if variant == EAGLE else _write_eagle3)(tmp_path, g)
+    embed, lm_head = torch.randn(VOCAB, H, generator=g), torch.randn(VOCAB, H, generator=g)
+    head = load_eagle_head(str(tmp_path), LAYERS, embed, lm_head)
+    cached, new = [7, 2, 0], [3, 1, 2]
+    seqs = [torch.randint(0, VOCAB, (c + n,), generator=g) for c, n in zip(cached, new)]
+    feats = [torch.randn(c + n, H, generator=g) for c, n in zip(cached, new)]
+    alone, batched = [EagleKV() for _ in seqs], [EagleKV() for _ in seqs]
+    refs = []
+    with torch.no_grad():
+        for kvs in (alone, batched):
+            for kv, s, f, c in zip(kvs, seqs, feats, cached):
+                if c:
+                    head.step(s[:c], f[:c], torch.arange(c), kv)
+        for kv, s, f, c in zip(alone, seqs, feats, cached):
+            refs.append(head.step(s[c:], f[c:], torch.arange(c, len(s)), kv))
+        h, logits = head.step_rows(
+            torch.cat([s[c:] for s, c in zip(seqs, cached)]),
+            torch.cat([f[c:] for f, c in zip(feats, cached)]),
+            torch.cat([torch.arange(c, len(s)) for s, c in zip(seqs, cached)]),
+            new,
+            batched,
+        )
+    ref_h = torch.cat([r[0] for r in refs])
+    ref_l = torch.cat([r[1] for r in refs])
+    assert torch.allclose(h, ref_h, atol=1e-5, rtol=1e-4)
+    finite = ref_l.isfinite()
+    assert torch.equal(logits.isfinite(), finite)
+    assert torch.allclose(logits[finite], ref_l[finite], atol=1e-4, rtol=1e-4)
+    for a, b in zip(alone, batched):
+        assert a.n == b.n
+        assert torch.allclose(a.k, b.k, atol=1e-5) and torch.allclose(a.v, b.v, atol=1e-5)
+
+
+def test_kv_cache_grows_in_place_and_truncates() -> None:
+    """Appends past the buffer keep every earlier entry; a truncation is only a length, and the
+    next append overwrites the dropped entries."""
+    kv = EagleKV()
+    rows = [torch.full((n, KV, D), float(i)) for i, n in enumerate([10, 9, 1, 20])]
+    for r in rows:
+        kv.append(r, -r)
+    assert kv.n == 40 and torch.equal(kv.k, torch.cat(rows)) and torch.equal(kv.v, -kv.k)
+    kv.truncate(12)
+    kv.append(torch.full((2, KV, D), 7.0), torch.zeros(2, KV, D))
+    assert kv.n == 14 and torch.equal(kv.k[12:], torch.full((2, KV, D), 7.0))
+    assert torch.equal(kv.k[:12], torch.cat(rows)[:12])
+
+
 def test_eagle_head_layout_errors_name_the_tensor(tmp_path) -> None:
     g = torch.Generator().manual_seed(3)
     state = _write_eagle3(tmp_path, g)

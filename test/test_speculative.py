@@ -219,6 +219,35 @@ def test_eagle_greedy_matches_plain_decoding(tiny_models, plain_outputs, tmp_pat
         assert req.spec_state is None or req.spec_state.feat_len() >= 0
 
 
+def test_eagle_chain_runs_one_head_pass_per_depth_for_the_whole_batch(
+    tiny_models, plain_outputs, tmp_path
+):
+    """Chain drafting batches the requests: a draft round of k tokens over a batch runs the head
+    k times (one absorb pass, then k - 1 feedback passes), however many requests it drafts for."""
+    path = _eagle_head(tiny_models, tmp_path, "EAGLE")
+    sched = make(tiny_models, speculative_algorithm="EAGLE", speculative_draft_model_path=path)
+    proposer = sched.spec.proposer
+    head, layer, draft = proposer.head, proposer.head._layer, proposer.draft
+    passes, rounds = [0], []
+
+    def counted_layer(*a):
+        passes[0] += 1
+        return layer(*a)
+
+    def counted_draft(reqs, num_drafts, prefix_lens):
+        before = passes[0]
+        out = draft(reqs, num_drafts, prefix_lens)
+        rounds.append((sum(k > 0 for k in num_drafts), max(num_drafts), passes[0] - before))
+        return out
+
+    head._layer, proposer.draft = counted_layer, counted_draft
+    got = run_batch(sched, repetitive_prompts(), 24)
+    assert [g["ids"] for g in got] == [p["ids"] for p in plain_outputs["rep"]]
+    batched = [r for r in rounds if r[0] > 1]
+    assert batched, rounds
+    assert all(n_passes == k for _, k, n_passes in batched), rounds
+
+
 @pytest.mark.parametrize("variant,chunk", [("EAGLE", None), ("EAGLE", 16), ("EAGLE3", 16)])
 def test_eagle_head_cache_is_built_from_the_targets_hidden_states(
     tiny_models, hf_models, plain_outputs, tmp_path, variant, chunk

@@ -13,9 +13,9 @@ A draft head is one decoder layer that reads the target's hidden states as well 
   over a reduced draft vocabulary, mapped to target ids by `d2t` (target = draft + d2t[draft]).
 
 The embedding (and EAGLE-1's LM head) are the target's unless the checkpoint has its own. The step
-here keeps each request's draft-layer KV contiguous and runs torch ops (eagle_proposer.py drives
-it from the verify loop); it is correct everywhere and fast nowhere: a paged, graph-captured
-version for the GPU is still to be built.
+keeps each request's draft-layer KV contiguous and runs torch ops; `step_rows` runs one step for
+a whole batch of requests (eagle_proposer.py drives it from the verify loop). A paged,
+graph-captured version for the GPU is still to be built.
 """
 
 from __future__ import annotations
@@ -144,15 +144,42 @@ def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
 
 @dataclass
 class EagleKV:
-    """One request's draft-layer K / V so far ([t, kv_heads, head_dim] each)."""
+    """One request's draft-layer K / V so far ([n, kv_heads, head_dim] each), in buffers that
+    grow by doubling so a draft step appends in place instead of copying the whole cache."""
 
-    k: Optional[torch.Tensor] = None
-    v: Optional[torch.Tensor] = None
+    k_buf: Optional[torch.Tensor] = None
+    v_buf: Optional[torch.Tensor] = None
+    n: int = 0
+
+    @property
+    def k(self) -> Optional[torch.Tensor]:
+        return None if self.k_buf is None else self.k_buf[: self.n]
+
+    @property
+    def v(self) -> Optional[torch.Tensor]:
+        return None if self.v_buf is None else self.v_buf[: self.n]
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        self.k = k if self.k is None else torch.cat([self.k, k])
-        self.v = v if self.v is None else torch.cat([self.v, v])
+        end = self.n + k.shape[0]
+        if self.k_buf is None or self.k_buf.shape[0] < end:
+            cap = max(end, 2 * (0 if self.k_buf is None else self.k_buf.shape[0]), 16)
+            self.k_buf, self.v_buf = (
+                self._grown(self.k_buf, k, cap),
+                self._grown(self.v_buf, v, cap),
+            )
+        self.k_buf[self.n : end] = k
+        self.v_buf[self.n : end] = v
+        self.n = end
         return self.k, self.v
+
+    def truncate(self, n: int) -> None:
+        self.n = min(self.n, max(n, 0))
+
+    def _grown(self, old: Optional[torch.Tensor], like: torch.Tensor, cap: int) -> torch.Tensor:
+        buf = like.new_empty((cap, *like.shape[1:]))
+        if old is not None:
+            buf[: self.n] = old[: self.n]
+        return buf
 
 
 class EagleHead(nn.Module):
@@ -222,6 +249,23 @@ class EagleHead(nn.Module):
         tree_mask [T, M] (M >= T): which of the cache's last M entries (these T included) each
         new position sees, for tree nodes; the entries before them are seen by all (default:
         causal over the new positions)."""
+        return self._layer(tokens, feature, lambda x: self._attention(x, positions, kv, tree_mask))
+
+    def step_rows(
+        self,
+        tokens: torch.Tensor,
+        feature: torch.Tensor,
+        positions: torch.Tensor,
+        lens: List[int],
+        kvs: List[EagleKV],
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """`step` for several requests in one pass: request i owns the next lens[i] rows of tokens /
+        feature / positions and extends kvs[i]; the matmuls run once over all rows."""
+        if len(kvs) == 1:
+            return self.step(tokens, feature, positions, kvs[0])
+        return self._layer(tokens, feature, lambda x: self._attention_rows(x, positions, lens, kvs))
+
+    def _layer(self, tokens: torch.Tensor, feature: torch.Tensor, attention):
         c, w = self.c, self.w
         emb = F.embedding(tokens, self.embed)
         if c.variant == EAGLE:
@@ -236,9 +280,30 @@ class EagleHead(nn.Module):
                 ],
                 dim=-1,
             )
-        h = residual + self._attention(attn_in, positions, kv, tree_mask)
+        h = residual + attention(attn_in)
         h = h + self._mlp(_rms(h, w["post_attention_layernorm.weight"], c.eps))
         return h, self._logits(h)
+
+    def _qkv(self, x: torch.Tensor, positions: torch.Tensor):
+        c, w = self.c, self.w
+        t = x.shape[0]
+        q = F.linear(x, w["self_attn.q_proj.weight"])
+        k = F.linear(x, w["self_attn.k_proj.weight"])
+        v = F.linear(x, w["self_attn.v_proj.weight"])
+        q, k = self.rope(positions, q, k)
+        shape = (t, c.kv_heads, c.head_dim)
+        return q.view(t, c.heads, c.head_dim), k.view(shape), v.view(shape)
+
+    def _sdpa(self, q, keys, vals, mask) -> torch.Tensor:
+        """q [..., heads, t, d] over keys / vals [..., kv_heads, n, d] under mask [..., t, n]."""
+        return F.scaled_dot_product_attention(
+            q,
+            keys,
+            vals,
+            attn_mask=mask,
+            scale=1.0 / math.sqrt(self.c.head_dim),
+            enable_gqa=self.c.heads != self.c.kv_heads,
+        )
 
     def _attention(
         self,
@@ -247,28 +312,53 @@ class EagleHead(nn.Module):
         kv: EagleKV,
         tree_mask: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
-        c, w = self.c, self.w
         t = x.shape[0]
-        q = F.linear(x, w["self_attn.q_proj.weight"])
-        k = F.linear(x, w["self_attn.k_proj.weight"])
-        v = F.linear(x, w["self_attn.v_proj.weight"])
-        q, k = self.rope(positions, q, k)
-        q = q.view(t, c.heads, c.head_dim)
-        keys, vals = kv.append(k.view(t, c.kv_heads, c.head_dim), v.view(t, c.kv_heads, c.head_dim))
+        q, k, v = self._qkv(x, positions)
+        keys, vals = kv.append(k, v)
         n = keys.shape[0]
         # Causal within the new positions; every cached position is earlier than all of them.
         mask = torch.ones((t, n), dtype=torch.bool, device=x.device).tril(n - t)
         if tree_mask is not None:
             mask[:, n - tree_mask.shape[1] :] = tree_mask.to(x.device)
-        out = F.scaled_dot_product_attention(
-            q.transpose(0, 1),
-            keys.transpose(0, 1),
-            vals.transpose(0, 1),
-            attn_mask=mask,
-            scale=1.0 / math.sqrt(c.head_dim),
-            enable_gqa=c.heads != c.kv_heads,
+        out = self._sdpa(q.transpose(0, 1), keys.transpose(0, 1), vals.transpose(0, 1), mask)
+        return F.linear(out.transpose(0, 1).reshape(t, -1), self.w["self_attn.o_proj.weight"])
+
+    def _attention_rows(
+        self, x: torch.Tensor, positions: torch.Tensor, lens: List[int], kvs: List[EagleKV]
+    ) -> torch.Tensor:
+        """Causal attention of each request's new rows over its own cache, the requests padded to
+        one [B, max rows] x [B, max cache] problem."""
+        dev, b = x.device, len(lens)
+        q, k, v = self._qkv(x, positions)
+        starts = [0]
+        for n_new in lens:
+            starts.append(starts[-1] + n_new)
+        ends = []
+        for kv, s, e in zip(kvs, starts, starts[1:]):
+            kv.append(k[s:e], v[s:e])
+            ends.append(kv.n)
+        t_max, n_max = max(lens), max(ends)
+        keys = k.new_zeros((b, n_max, *k.shape[1:]))
+        vals = v.new_zeros((b, n_max, *v.shape[1:]))
+        for i, (kv, n) in enumerate(zip(kvs, ends)):
+            keys[i, :n], vals[i, :n] = kv.k, kv.v
+        row = torch.repeat_interleave(torch.arange(b), torch.tensor(lens))
+        col = torch.arange(x.shape[0]) - torch.tensor(starts[:-1])[row]
+        row, col = row.to(dev), col.to(dev)
+        qp = q.new_zeros((b, t_max, *q.shape[1:]))
+        qp[row, col] = q
+        # Row t of request i sees cache entries [0, ends[i] - lens[i] + t]; padding rows see
+        # entry 0 only (their output is dropped) so no softmax row is empty.
+        ends_t = torch.tensor(ends, device=dev)
+        lens_t = torch.tensor(lens, device=dev)
+        limit = (ends_t - lens_t)[:, None] + torch.arange(t_max, device=dev)[None]
+        limit = torch.where(torch.arange(t_max, device=dev)[None] < lens_t[:, None], limit, 0)
+        mask = torch.arange(n_max, device=dev)[None, None] <= limit[:, :, None]
+        out = self._sdpa(
+            qp.transpose(1, 2), keys.transpose(1, 2), vals.transpose(1, 2), mask[:, None]
         )
-        return F.linear(out.transpose(0, 1).reshape(t, -1), w["self_attn.o_proj.weight"])
+        out = out.transpose(1, 2)[row, col]
+        return F.linear(out.reshape(x.shape[0], -1), self.w["self_attn.o_proj.weight"])
 
     def _mlp(self, x: torch.Tensor) -> torch.Tensor:
         w = self.w

@@ -20,11 +20,7 @@ import torch
 
 from sglang.srt.configs.sections import SpecSection
 from sglang.srt.core.req import Req
-from sglang.srt.speculative.draft_sampling import (
-    choose_drafts,
-    draft_info,
-    draft_step_info,
-)
+from sglang.srt.speculative.draft_sampling import choose_drafts, draft_info, draft_step_info
 from sglang.srt.speculative.eagle_head import EAGLE, EagleHead, EagleKV
 from sglang.srt.speculative.tree_search import ROOT, TreeSearch, tree_budgets, tree_topk
 from sglang.srt.speculative.verify import VerifyLayout
@@ -57,9 +53,7 @@ class EagleState:
         self.feats.append(rows)
 
     def truncate_kv(self, end: int) -> None:
-        n = max(end - self.kv_start, 0)
-        if self.kv.k is not None and self.kv.k.shape[0] > n:
-            self.kv.k, self.kv.v = self.kv.k[:n], self.kv.v[:n]
+        self.kv.truncate(end - self.kv_start)
         self.kv_end = min(self.kv_end, end)
 
 
@@ -112,24 +106,89 @@ class EagleProposer:
             r.spec_tree = None
         if self.spec.topk > 1:
             return self._draft_trees(reqs, num_drafts, prefix_lens), None
+        drafts, qs = self._draft_chains(reqs, num_drafts, prefix_lens)
         ids: List[int] = []
-        q_rows: List[tuple] = []  # per request: (draft tokens, their distributions or None)
-        any_sampled = False
-        for r, k, cur in zip(reqs, num_drafts, prefix_lens):
-            toks, qs = self._draft_one(r, k, cur) if k > 0 else ([], [])
+        for r, toks in zip(reqs, drafts):
             ids.append(r.output_ids[-1])
             ids.extend(toks)
-            any_sampled |= any(q is not None for q in qs)
-            q_rows.append((toks, qs))
-        if not any_sampled:
+        if not any(qs):
             return ids, None
         zero = torch.zeros((1, self.vocab), device=self.device)
-        rows = []
-        for toks, qs in q_rows:
-            for t, q in zip(toks, qs):
-                rows.append(q[None] if q is not None else _point(t, self.vocab, self.device))
-            rows.append(zero)
+        rows = [torch.cat([torch.stack(q) if q else zero[:0], zero]) for q in qs]
         return ids, torch.cat(rows, dim=0)
+
+    def _draft_chains(self, reqs: List[Req], num_drafts: List[int], prefix_lens: List[int]):
+        """Every request's chain, one head pass per depth for the whole batch: the first pass
+        absorbs each request's new target features, each later one feeds the live rows' drafts
+        back. Returns per request its draft tokens and their distributions ([] if greedy)."""
+        drafts: List[List[int]] = [[] for _ in reqs]
+        qs: List[List[torch.Tensor]] = [[] for _ in reqs]
+        active = [i for i, (k, cur) in enumerate(zip(num_drafts, prefix_lens)) if k > 0]
+        active = [i for i in active if self._ready(reqs[i], prefix_lens[i])]
+        if not active:
+            return drafts, qs
+        sub = [reqs[i] for i in active]
+        cur = [prefix_lens[i] for i in active]
+        feat, logits = self._absorb_rows(sub, cur)
+        base = draft_info(sub, self.vocab, self.device)
+        live = list(range(len(sub)))
+        rows: Optional[torch.Tensor] = None  # live's indices into sub, on the device
+        chosen: List[torch.Tensor] = []
+        owners: List[int] = []
+        step = 0
+        # Drafts stay on the device from depth to depth; the host reads them once at the end.
+        while True:
+            toks, q = choose_drafts(logits, draft_step_info(base, rows, step))
+            chosen.append(toks)
+            for n, j in enumerate(live):
+                owners.append(active[j])
+                if q is not None:
+                    qs[active[j]].append(q[n])
+            step += 1
+            keep = [n for n, j in enumerate(live) if num_drafts[active[j]] > step]
+            if not keep:
+                break
+            if len(keep) < len(live):
+                kept = torch.tensor(keep, device=toks.device)
+                toks, feat = toks[kept], feat[kept]
+                rows = kept if rows is None else rows[kept]
+                live = [live[n] for n in keep]
+            pos = torch.tensor([cur[j] + step - 1 for j in live], device=self.device)
+            kvs = [self._state(sub[j]).kv for j in live]
+            feat, logits = self.head.step_rows(toks, feat, pos, [1] * len(live), kvs)
+        for i, t in zip(owners, torch.cat(chosen).tolist()):
+            drafts[i].append(t)
+        return drafts, qs
+
+    def _ready(self, r: Req, cur: int) -> bool:
+        """Whether the head has target features up to the pending token and something to absorb."""
+        st = self._state(r)
+        return st.kv_end < cur <= st.kv_end + st.feat_len()
+
+    def _absorb_rows(self, reqs: List[Req], ends: List[int]):
+        """_absorb for several requests in one head pass (each has rows to run); returns the
+        head's output (feature, logits) at each request's last row."""
+        toks, feats, pos, lens, kvs = [], [], [], [], []
+        for r, end in zip(reqs, ends):
+            st = self._state(r)
+            start = st.kv_end
+            f = torch.cat(st.feats)
+            st.kv_end, st.feats = end, [f[end - start :]]
+            toks.extend(r.all_ids()[start + 1 : end + 1])
+            feats.append(f[: end - start])
+            pos.extend(range(start, end))
+            lens.append(end - start)
+            kvs.append(st.kv)
+        dev = self.device
+        hidden, logits = self.head.step_rows(
+            torch.tensor(toks, dtype=torch.int64, device=dev),
+            torch.cat(feats),
+            torch.tensor(pos, device=dev),
+            lens,
+            kvs,
+        )
+        last = torch.tensor(lens).cumsum(0) - 1
+        return hidden[last.to(dev)], logits[last.to(dev)]
 
     @torch.no_grad()
     def _absorb(self, r: Req, st: EagleState, end: int):
@@ -145,28 +204,6 @@ class EagleProposer:
         out = self.head.step(tokens, feats[: end - start], pos, st.kv)
         st.kv_end, st.feats = end, [feats[end - start :]]
         return out
-
-    def _draft_one(self, r: Req, k: int, cur: int):
-        st = self._state(r)
-        if st.kv_end + st.feat_len() < cur:  # no target features up to the pending token
-            return [], []
-        ran = self._absorb(r, st, cur)
-        if ran is None:
-            return [], []
-        hidden, logits = ran
-        toks: List[torch.Tensor] = []
-        qs: List[Optional[torch.Tensor]] = []
-        feat, last = hidden[-1:], logits[-1:]
-        base = draft_info([r], self.vocab, self.device)
-        for j in range(k):
-            tok, q = choose_drafts(last, draft_step_info(base, None, j))
-            toks.append(tok)
-            qs.append(None if q is None else q[0])
-            if j + 1 == k:
-                break
-            p = torch.tensor([cur + j], device=self.device)
-            feat, last = self.head.step(tok, feat, p, st.kv)
-        return torch.cat(toks).tolist(), qs  # the one host sync of the chain
 
     def _draft_trees(self, reqs: List[Req], num_drafts: List[int], prefix_lens: List[int]):
         ids: List[int] = []
@@ -233,9 +270,3 @@ class EagleProposer:
             rows = st.verify_rows[: 1 + accepted] if path is None else st.verify_rows[[0] + path]
             st.add_features(prefix_len, rows)
             st.verify_rows = None
-
-
-def _point(token: int, vocab: int, device: str) -> torch.Tensor:
-    out = torch.zeros((1, vocab), device=device)
-    out[0, token] = 1.0
-    return out
