@@ -111,10 +111,15 @@ class OracleProposer:
 class RealDraftCost:
     """A real proposer drafts (and pays for it); the oracle's drafts and verdicts are what verify."""
 
-    capture = None
-
     def __init__(self, real, oracle: OracleProposer):
         self.real, self.oracle = real, oracle
+        self.capture = real.capture  # an EAGLE head's: the target keeps its hidden states
+
+    def on_target_extend(self, *a):
+        self.real.on_target_extend(*a)
+
+    def on_verify_pass(self, *a):
+        self.real.on_verify_pass(*a)
 
     def plan(self, reqs, budgets):
         got = self.real.plan(reqs, budgets)
@@ -188,7 +193,15 @@ def make_scheduler(args, model_path: str, spec: bool):
         cuda_graph_max_bs=max(args.batch_size) * args.num_draft_tokens,
         random_seed=1,
     )
-    if spec and args.draft_model_config:
+    if spec and args.eagle:
+        kw.update(
+            speculative_algorithm=args.eagle,
+            speculative_draft_model_path=write_head_config(model_path, args.eagle),
+            speculative_num_draft_tokens=args.num_draft_tokens,
+            speculative_num_steps=args.num_steps or args.num_draft_tokens - 1,
+            speculative_eagle_topk=args.topk,
+        )
+    elif spec and args.draft_model_config:
         kw.update(
             speculative_algorithm="STANDALONE",
             speculative_draft_model_path=write_model_config(args.draft_model_config),
@@ -203,6 +216,20 @@ def make_scheduler(args, model_path: str, spec: bool):
             speculative_ngram_max_bfs_breadth=args.tree_breadth,
         )
     return Scheduler(ServerArgs(**kw), None)
+
+
+def write_head_config(model_path: str, variant: str) -> str:
+    """A config-only EAGLE / EAGLE-3 head folder for the target (one decoder layer of its shape;
+    EAGLE-3 with the 32k draft vocabulary its published Llama-3 heads use); the dummy load format
+    fills it with random weights."""
+    cfg = json.load(open(os.path.join(model_path, "config.json")))
+    if variant == "EAGLE3":
+        cfg["draft_vocab_size"] = min(32000, cfg["vocab_size"])
+    path = os.path.join(model_path, f"head-{variant.lower()}")
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    return path
 
 
 def run(sched, prompts: List[List[int]], max_new: int, tag: str, ignore_eos: bool = True) -> dict:
@@ -275,6 +302,12 @@ def main(argv=None) -> dict:
         default=None,
         help="a real draft model drafts every verify (its cost paid; see above)",
     )
+    p.add_argument(
+        "--eagle",
+        choices=["EAGLE", "EAGLE3"],
+        default=None,
+        help="a random EAGLE / EAGLE-3 head of the target's shape drafts every verify",
+    )
     p.add_argument("--topk", type=int, default=1, help="with a draft model: >1 drafts trees")
     p.add_argument(
         "--num-steps", type=int, default=None, help="draft steps (default num_draft_tokens - 1)"
@@ -286,7 +319,8 @@ def main(argv=None) -> dict:
     )
     p.add_argument("--result-file", default=None)
     args = p.parse_args(argv)
-    if args.draft_model_config and args.topk > 1:
+    real_draft = bool(args.draft_model_config or args.eagle)
+    if real_draft and args.topk > 1:
         # The oracle's tree as deep as the draft's (num_steps): its chain, then wrong siblings.
         steps = args.num_steps or args.num_draft_tokens - 1
         args.tree_breadth = max(2, args.num_draft_tokens - steps)
@@ -305,8 +339,8 @@ def main(argv=None) -> dict:
     del plain
     torch.cuda.empty_cache() if torch.cuda.is_available() else None
     spec = make_scheduler(args, model_path, spec=True)
-    real_proposer = spec.spec.proposer if args.draft_model_config else None
-    if real_proposer is not None and args.draft_eager:
+    real_proposer = spec.spec.proposer if real_draft else None
+    if args.draft_model_config and args.draft_eager:
         real_proposer.runner.graph_runner = None
     if args.acceptance == "forced":
         force_oracle_verdicts(spec)
@@ -337,9 +371,9 @@ def main(argv=None) -> dict:
                 )
             )
     drafter = (
-        f"{args.draft_model_config} drafting (topk {args.topk}, "
-        f"{'eager' if args.draft_eager else 'graphs'}), oracle tokens"
-        if args.draft_model_config
+        f"{args.eagle or args.draft_model_config} drafting (topk {args.topk}, "
+        f"{'eager' if args.draft_eager or args.eagle else 'graphs'}), oracle tokens"
+        if real_draft
         else "oracle drafts"
     )
     print(
@@ -361,7 +395,7 @@ def main(argv=None) -> dict:
         num_draft_tokens=args.num_draft_tokens,
         acceptance=args.acceptance,
         tree_breadth=args.tree_breadth,
-        draft_model=args.draft_model_config,
+        draft_model=args.eagle or args.draft_model_config,
         topk=args.topk,
         draft_eager=args.draft_eager,
         rows=rows,

@@ -215,20 +215,20 @@ def test_bench_speculative_cpu(breadth: int) -> None:
         assert rows[(bs, 1.0)]["accept_length"] == (4.0 if breadth == 1 else 3.0)
 
 
-@pytest.mark.parametrize("topk", [1, 3])
-def test_bench_speculative_real_draft_cpu(topk: int) -> None:
-    """With a real draft model drafting every verify (its cost paid, its tokens swapped for the
-    oracle's), the verdicts are the oracle's: the tokens equal the plain run's and the accept
-    lengths equal the oracle-only run of the same tree shape."""
+@pytest.mark.parametrize("drafter,topk", [("model", 1), ("model", 3), ("EAGLE3", 1)])
+def test_bench_speculative_real_draft_cpu(drafter: str, topk: int) -> None:
+    """With a real draft model or a random EAGLE-3 head drafting every verify (its cost paid, its
+    tokens swapped for the oracle's), the verdicts are the oracle's: the tokens equal the plain
+    run's and the accept lengths equal the oracle-only run of the same tree shape."""
     import bench_speculative
 
     common = (
         "--model-config tiny-llama --batch-size 1 3 --accept 0 1.0 --input-len 24 "
         "--output-len 13 --max-total-tokens 4096 --num-draft-tokens 6"
     ).split()
+    source = "--draft-model-config tiny-llama" if drafter == "model" else f"--eagle {drafter}"
     real = bench_speculative.main(
-        common
-        + f"--draft-model-config tiny-llama --topk {topk} --num-steps {3 if topk > 1 else 5}".split()
+        f"{source} --topk {topk} --num-steps {3 if topk > 1 else 5}".split() + common
     )
     oracle = bench_speculative.main(common + ["--tree-breadth", str(real["tree_breadth"])])
     assert real["tree_breadth"] == (1 if topk == 1 else 3)

@@ -248,6 +248,35 @@ def test_eagle_chain_runs_one_head_pass_per_depth_for_the_whole_batch(
     assert all(n_passes == k for _, k, n_passes in batched), rounds
 
 
+@pytest.mark.parametrize("variant", ["EAGLE", "EAGLE3"])
+def test_dummy_load_format_builds_a_random_head_from_its_config(tiny_models, tmp_path, variant):
+    """`--load-format dummy` (benchmarks of real shapes) needs only the head's config.json: the
+    random head has the layout's tensors (EAGLE-3: a 40-token draft vocabulary) and speculation
+    over the dummy target gives the plain dummy run's tokens."""
+    import json
+
+    cfg = json.load(open(f"{tiny_models['llama']}/config.json"))
+    cfg["draft_vocab_size"] = 40 if variant == "EAGLE3" else cfg["vocab_size"]
+    head_dir = tmp_path / "head"
+    head_dir.mkdir()
+    (head_dir / "config.json").write_text(json.dumps(cfg))
+    prompts = repetitive_prompts()
+    plain = run_batch(make(tiny_models, load_format="dummy"), prompts, 12)
+    sched = make(
+        tiny_models,
+        load_format="dummy",
+        speculative_algorithm=variant,
+        speculative_draft_model_path=str(head_dir),
+    )
+    head = sched.spec.proposer.head
+    assert head.c.variant == variant
+    if variant == "EAGLE3":
+        assert head.lm_head.shape[0] == 40 and head.draft_to_target.unique().numel() == 40
+    got = run_batch(sched, prompts, 12)
+    assert [g["ids"] for g in got] == [p["ids"] for p in plain]
+    assert all(g["verify"] > 0 for g in got)
+
+
 @pytest.mark.parametrize("variant,chunk", [("EAGLE", None), ("EAGLE", 16), ("EAGLE3", 16)])
 def test_eagle_head_cache_is_built_from_the_targets_hidden_states(
     tiny_models, hf_models, plain_outputs, tmp_path, variant, chunk

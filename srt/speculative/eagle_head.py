@@ -54,15 +54,24 @@ class EagleHeadConfig:
 
     @classmethod
     def from_dir(
-        cls, path: str, target_layers: int, state: Dict[str, torch.Tensor]
+        cls,
+        path: str,
+        target_layers: int,
+        state: Optional[Dict[str, torch.Tensor]],
+        variant: Optional[str] = None,
     ) -> "EagleHeadConfig":
+        """The head's config.json; the variant from the tensor names (or `variant`, for a config
+        without weights)."""
         with open(os.path.join(path, "config.json")) as f:
             d = json.load(f)
-        variant = EAGLE3 if any(k.startswith("midlayer.") for k in state) else EAGLE
+        if variant is None:
+            variant = EAGLE3 if any(k.startswith("midlayer.") for k in state) else EAGLE
         hidden, heads = d["hidden_size"], d["num_attention_heads"]
         aux = (d.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
         if variant == EAGLE3 and aux is None:
-            aux = [1, target_layers // 2 - 1, target_layers - 4]
+            # Low, middle, high; clamped into the target for targets of a few layers.
+            top = target_layers - 1
+            aux = [min(max(i, 0), top) for i in (1, target_layers // 2 - 1, target_layers - 4)]
         return cls(
             variant=variant,
             hidden=hidden,
@@ -76,7 +85,7 @@ class EagleHeadConfig:
             max_position=d.get("max_position_embeddings", 8192),
             vocab=d["vocab_size"],
             draft_vocab=d.get("draft_vocab_size") or d["vocab_size"],
-            fc_bias="fc.bias" in state,
+            fc_bias="fc.bias" in state if state is not None else variant == EAGLE,
             aux_layers=list(aux or []),
         )
 
@@ -135,6 +144,22 @@ def check_state(c: EagleHeadConfig, state: Dict[str, torch.Tensor]) -> None:
                 f"{c.variant} draft head: {name} has shape {tuple(state[name].shape)}, "
                 f"expected {shape} from its config"
             )
+
+
+def random_state(c: EagleHeadConfig, seed: int = 0) -> Dict[str, torch.Tensor]:
+    """Random tensors in the layout's shapes (`--load-format dummy`): norms of ones, weights of
+    scale 0.02, an EAGLE-3 draft vocabulary of random target ids."""
+    g = torch.Generator().manual_seed(seed)
+    out: Dict[str, torch.Tensor] = {}
+    for name, shape in _expected_shapes(c).items():
+        if name == "d2t":
+            keep = torch.sort(torch.randperm(c.vocab, generator=g)[: c.draft_vocab]).values
+            out[name] = keep - torch.arange(c.draft_vocab)
+        elif name.endswith("norm.weight"):
+            out[name] = torch.ones(shape)
+        else:
+            out[name] = torch.randn(shape, generator=g) * 0.02
+    return out
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -382,10 +407,16 @@ def load_eagle_head(
     target_embed: torch.Tensor,
     target_lm_head: Optional[torch.Tensor] = None,
     dtype: Optional[torch.dtype] = None,
+    dummy_variant: Optional[str] = None,
 ) -> EagleHead:
-    """A draft-head folder (config.json + weights) -> EagleHead, its layout checked first."""
-    state = read_state(path)
+    """A draft-head folder (config.json + weights) -> EagleHead, its layout checked first. With
+    dummy_variant, the folder needs only config.json and the weights are random (random_state)."""
+    if dummy_variant is not None:
+        cfg = EagleHeadConfig.from_dir(path, target_layers, None, dummy_variant)
+        state = random_state(cfg)
+    else:
+        state = read_state(path)
+        cfg = EagleHeadConfig.from_dir(path, target_layers, state)
     if dtype is not None:
         state = {k: (v.to(dtype) if v.is_floating_point() else v) for k, v in state.items()}
-    cfg = EagleHeadConfig.from_dir(path, target_layers, state)
     return EagleHead(cfg, state, target_embed, target_lm_head)

@@ -382,7 +382,7 @@ def make_proposer(spec: SpecSection, target_runner: "ModelRunner", server_args, 
     if spec.algorithm == "NGRAM":
         return NgramProposer(spec)
     if spec.algorithm in ("EAGLE", "EAGLE3"):
-        return _eagle_proposer(spec, target_runner)
+        return _eagle_proposer(spec, target_runner, dummy=server_args.load_format == "dummy")
     import dataclasses
 
     from sglang.srt.configs.model_config import ModelConfig
@@ -423,7 +423,7 @@ def make_proposer(spec: SpecSection, target_runner: "ModelRunner", server_args, 
     return DraftModelProposer(spec, draft, target_runner, chunk)
 
 
-def _eagle_proposer(spec: SpecSection, target_runner: "ModelRunner"):
+def _eagle_proposer(spec: SpecSection, target_runner: "ModelRunner", dummy: bool = False):
     from sglang.srt.speculative.eagle_head import load_eagle_head
     from sglang.srt.speculative.eagle_proposer import EagleProposer
 
@@ -441,6 +441,7 @@ def _eagle_proposer(spec: SpecSection, target_runner: "ModelRunner"):
         embed,
         lm_head,
         dtype=embed.dtype,
+        dummy_variant=spec.algorithm if dummy else None,
     )
     if head.c.variant != spec.algorithm:
         raise ValueError(
