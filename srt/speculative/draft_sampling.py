@@ -7,7 +7,7 @@ a point mass on its argmax)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import torch
 
@@ -74,3 +74,47 @@ def choose_drafts(
     point = torch.zeros_like(probs).scatter_(1, greedy.unsqueeze(1), 1.0)
     probs = torch.where(info.greedy.unsqueeze(1), point, probs)
     return toks, probs
+
+
+def draft_chains(
+    base: SamplingBatchInfo,
+    logits: torch.Tensor,
+    lengths: List[int],
+    advance: Callable[[List[int], int, torch.Tensor, Optional[torch.Tensor]], torch.Tensor],
+) -> Tuple[List[List[int]], List[List[torch.Tensor]]]:
+    """Chains of lengths[j] (>= 1) drafts for the rows j of `logits` (the drafter's output at each
+    request's pending token; base: draft_info of the same requests). advance(live, step, toks,
+    kept) runs the drafter once over the rows still drafting (`live`, ascending) fed their last
+    drafts `toks`, and returns its logits there; kept (on the device) picks the live rows out of
+    the previous step's rows, None when all stayed. Returns each row's drafts and their
+    distributions ([] if all greedy)."""
+    drafts: List[List[int]] = [[] for _ in lengths]
+    qs: List[List[torch.Tensor]] = [[] for _ in lengths]
+    live = list(range(len(lengths)))
+    rows: Optional[torch.Tensor] = None  # live's indices into the first step's rows
+    chosen: List[torch.Tensor] = []
+    owners: List[int] = []
+    step = 0
+    # Drafts stay on the device from step to step (each step's input is the last step's choice);
+    # the host reads them all once, after the last step is queued.
+    while True:
+        toks, q = choose_drafts(logits, draft_step_info(base, rows, step))
+        chosen.append(toks)
+        for n, j in enumerate(live):
+            owners.append(j)
+            if q is not None:
+                qs[j].append(q[n])
+        step += 1
+        keep = [n for n, j in enumerate(live) if lengths[j] > step]
+        if not keep:
+            break
+        kept = None
+        if len(keep) < len(live):
+            kept = torch.tensor(keep, device=toks.device)
+            toks = toks[kept]
+            rows = kept if rows is None else rows[kept]
+            live = [live[n] for n in keep]
+        logits = advance(live, step, toks, kept)
+    for j, t in zip(owners, torch.cat(chosen).tolist()):
+        drafts[j].append(t)
+    return drafts, qs

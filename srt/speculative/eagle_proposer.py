@@ -20,7 +20,10 @@ import torch
 
 from sglang.srt.configs.sections import SpecSection
 from sglang.srt.core.req import Req
-from sglang.srt.speculative.draft_sampling import choose_drafts, draft_info, draft_step_info
+from sglang.srt.speculative.draft_sampling import (
+    draft_chains,
+    draft_info,
+)
 from sglang.srt.speculative.eagle_head import EAGLE, EagleHead, EagleKV
 from sglang.srt.speculative.tree_search import ROOT, TreeSearch, tree_budgets, tree_topk
 from sglang.srt.speculative.verify import VerifyLayout
@@ -70,14 +73,18 @@ class EagleProposer:
     def on_target_extend(
         self, reqs: List[Req], prefix_lens: List[int], ext_lens: List[int], hidden
     ):
-        at = 0
+        at, ready, ends = 0, [], []
         for r, p, e in zip(reqs, prefix_lens, ext_lens):
             st = self._state(r)
             st.add_features(p, self._features(hidden[at : at + e]))
             at += e
-            # Every position but the chunk's last already has its next token: the head reads
-            # them now, so a long prompt's features never pile up ([tokens, H] each chunk).
-            self._absorb(r, st, p + e - 1)
+            if p + e - 1 > st.kv_end:
+                ready.append(r)
+                ends.append(p + e - 1)
+        # Every position but a chunk's last already has its next token: the head reads them now,
+        # so a long prompt's features never pile up ([tokens, H] each chunk).
+        if ready:
+            self._absorb_rows(ready, ends)
 
     def on_verify_pass(self, reqs: List[Req], layout: VerifyLayout, hidden: torch.Tensor) -> None:
         feats = self._features(hidden)
@@ -123,41 +130,28 @@ class EagleProposer:
         back. Returns per request its draft tokens and their distributions ([] if greedy)."""
         drafts: List[List[int]] = [[] for _ in reqs]
         qs: List[List[torch.Tensor]] = [[] for _ in reqs]
-        active = [i for i, (k, cur) in enumerate(zip(num_drafts, prefix_lens)) if k > 0]
-        active = [i for i in active if self._ready(reqs[i], prefix_lens[i])]
+        active = [
+            i for i, k in enumerate(num_drafts) if k > 0 and self._ready(reqs[i], prefix_lens[i])
+        ]
         if not active:
             return drafts, qs
         sub = [reqs[i] for i in active]
         cur = [prefix_lens[i] for i in active]
         feat, logits = self._absorb_rows(sub, cur)
-        base = draft_info(sub, self.vocab, self.device)
-        live = list(range(len(sub)))
-        rows: Optional[torch.Tensor] = None  # live's indices into sub, on the device
-        chosen: List[torch.Tensor] = []
-        owners: List[int] = []
-        step = 0
-        # Drafts stay on the device from depth to depth; the host reads them once at the end.
-        while True:
-            toks, q = choose_drafts(logits, draft_step_info(base, rows, step))
-            chosen.append(toks)
-            for n, j in enumerate(live):
-                owners.append(active[j])
-                if q is not None:
-                    qs[active[j]].append(q[n])
-            step += 1
-            keep = [n for n, j in enumerate(live) if num_drafts[active[j]] > step]
-            if not keep:
-                break
-            if len(keep) < len(live):
-                kept = torch.tensor(keep, device=toks.device)
-                toks, feat = toks[kept], feat[kept]
-                rows = kept if rows is None else rows[kept]
-                live = [live[n] for n in keep]
+
+        def advance(live, step, toks, kept):
+            nonlocal feat
+            if kept is not None:
+                feat = feat[kept]
             pos = torch.tensor([cur[j] + step - 1 for j in live], device=self.device)
             kvs = [self._state(sub[j]).kv for j in live]
-            feat, logits = self.head.step_rows(toks, feat, pos, [1] * len(live), kvs)
-        for i, t in zip(owners, torch.cat(chosen).tolist()):
-            drafts[i].append(t)
+            feat, out = self.head.step_rows(toks, feat, pos, [1] * len(live), kvs)
+            return out
+
+        base = draft_info(sub, self.vocab, self.device)
+        chains, chain_qs = draft_chains(base, logits, [num_drafts[i] for i in active], advance)
+        for i, d, q in zip(active, chains, chain_qs):
+            drafts[i], qs[i] = d, q
         return drafts, qs
 
     def _ready(self, r: Req, cur: int) -> bool:
@@ -165,9 +159,11 @@ class EagleProposer:
         st = self._state(r)
         return st.kv_end < cur <= st.kv_end + st.feat_len()
 
+    @torch.no_grad()
     def _absorb_rows(self, reqs: List[Req], ends: List[int]):
-        """_absorb for several requests in one head pass (each has rows to run); returns the
-        head's output (feature, logits) at each request's last row."""
+        """Run the head, in one pass, over each request's stored features of positions
+        [kv_end, end) (their next tokens are known; each request has rows to run); returns its
+        output (feature, logits) at each request's last row."""
         toks, feats, pos, lens, kvs = [], [], [], [], []
         for r, end in zip(reqs, ends):
             st = self._state(r)
@@ -190,21 +186,6 @@ class EagleProposer:
         last = torch.tensor(lens).cumsum(0) - 1
         return hidden[last.to(dev)], logits[last.to(dev)]
 
-    @torch.no_grad()
-    def _absorb(self, r: Req, st: EagleState, end: int):
-        """Run the head over the stored features of positions [kv_end, end) (their next tokens
-        are known); returns its (hidden, logits) there, or None if there is nothing to run."""
-        start = st.kv_end
-        if end <= start:
-            return None
-        feats = torch.cat(st.feats)
-        seq = r.all_ids()
-        tokens = torch.tensor(seq[start + 1 : end + 1], dtype=torch.int64, device=self.device)
-        pos = torch.arange(start, end, device=self.device)
-        out = self.head.step(tokens, feats[: end - start], pos, st.kv)
-        st.kv_end, st.feats = end, [feats[end - start :]]
-        return out
-
     def _draft_trees(self, reqs: List[Req], num_drafts: List[int], prefix_lens: List[int]):
         ids: List[int] = []
         for r, k, cur in zip(reqs, num_drafts, prefix_lens):
@@ -221,13 +202,10 @@ class EagleProposer:
     def _tree_one(self, r: Req, k: int, cur: int):
         """Grow one request's tree (tree_search.py): each step runs the head on the frontier nodes
         at once, each seeing the request's cache and its own ancestors among the nodes so far."""
+        if not self._ready(r, cur):
+            return None
         st = self._state(r)
-        if st.kv_end + st.feat_len() < cur:
-            return None
-        ran = self._absorb(r, st, cur)
-        if ran is None:
-            return None
-        hidden, logits = ran
+        hidden, logits = self._absorb_rows([r], [cur])
         search = TreeSearch(tree_topk(self.spec, r), k)
         out_feat = {ROOT: hidden[-1]}  # a node's head output: its children's feature
         entry: dict = {}  # a node's index among the cache entries drafting appended

@@ -19,9 +19,8 @@ from sglang.srt.core.forward_batch_info import build_decode_batch, build_extend_
 from sglang.srt.core.req import Req
 from sglang.srt.distributed.parallel_state import tp_all_gather
 from sglang.srt.speculative.draft_sampling import (
-    choose_drafts,
+    draft_chains,
     draft_info,
-    draft_step_info,
 )
 from sglang.srt.speculative.draft_tree import DraftTree
 from sglang.srt.speculative.ngram_proposer import NgramIndex
@@ -150,37 +149,19 @@ class DraftModelProposer:
         if active:
             sub = [reqs[i] for i in active]
             cur = [prefix_lens[i] for i in active]
-            logits = self._catch_up(sub, cur)
-            step = 0
-            live = list(range(len(sub)))
-            # Draft tokens stay on the device from step to step (each step's input is the last
-            # step's choice); the host reads them all once, after the last step is queued.
-            chosen: List[torch.Tensor] = []
-            owners: List[int] = []
-            base = draft_info(sub, self.vocab, self.device)
-            rows: Optional[torch.Tensor] = None  # live's indices into sub, on the device
-            while live:
-                info = draft_step_info(base, rows, step)
-                toks, q = choose_drafts(logits, info)
-                chosen.append(toks)
-                for n, j in enumerate(live):
-                    owners.append(active[j])
-                    if q is not None:
-                        q_parts[active[j]].append(q[n])
-                step += 1
-                keep = [n for n, j in enumerate(live) if num_drafts[active[j]] > step]
-                if not keep:
-                    break
-                if len(keep) < len(live):
-                    kept = torch.tensor(keep, device=toks.device)
-                    toks = toks[kept]
-                    rows = kept if rows is None else rows[kept]
-                    live = [live[n] for n in keep]
-                logits = self._decode_rows(
-                    [sub[j].req_pool_idx for j in live], [cur[j] + step + 1 for j in live], toks
-                )
-            for i, t in zip(owners, torch.cat(chosen).tolist()):
-                drafts[i].append(t)
+
+            def advance(live, step, toks, kept):
+                pool_rows = [sub[j].req_pool_idx for j in live]
+                return self._decode_rows(pool_rows, [cur[j] + step + 1 for j in live], toks)
+
+            chains, qs = draft_chains(
+                draft_info(sub, self.vocab, self.device),
+                self._catch_up(sub, cur),
+                [num_drafts[i] for i in active],
+                advance,
+            )
+            for i, d, q in zip(active, chains, qs):
+                drafts[i], q_parts[i] = d, q
         ids: List[int] = []
         any_q = any(q_parts[i] for i in range(len(reqs)))
         for i, r in enumerate(reqs):
