@@ -138,14 +138,16 @@ class EagleProposer:
         sub = [reqs[i] for i in active]
         cur = [prefix_lens[i] for i in active]
         feat, logits = self._absorb_rows(sub, cur)
+        pos = torch.tensor(
+            [c - 1 for c in cur], device=self.device
+        )  # + step: that input's position
 
         def advance(live, step, toks, kept):
-            nonlocal feat
+            nonlocal feat, pos
             if kept is not None:
-                feat = feat[kept]
-            pos = torch.tensor([cur[j] + step - 1 for j in live], device=self.device)
+                feat, pos = feat[kept], pos[kept]
             kvs = [self._state(sub[j]).kv for j in live]
-            feat, out = self.head.step_rows(toks, feat, pos, [1] * len(live), kvs)
+            feat, out = self.head.step_rows(toks, feat, pos + step, [1] * len(live), kvs)
             return out
 
         base = draft_info(sub, self.vocab, self.device)
@@ -183,8 +185,10 @@ class EagleProposer:
             lens,
             kvs,
         )
-        last = torch.tensor(lens).cumsum(0) - 1
-        return hidden[last.to(dev)], logits[last.to(dev)]
+        if len(lens) == 1:
+            return hidden[-1:], logits[-1:]
+        last = torch.tensor(lens, device=dev).cumsum(0) - 1
+        return hidden[last], logits[last]
 
     def _draft_trees(self, reqs: List[Req], num_drafts: List[int], prefix_lens: List[int]):
         ids: List[int] = []
