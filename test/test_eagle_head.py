@@ -204,6 +204,53 @@ def test_step_rows_equals_each_request_stepped_alone(tmp_path, variant) -> None:
         assert torch.allclose(a.k, b.k, atol=1e-5) and torch.allclose(a.v, b.v, atol=1e-5)
 
 
+def test_step_rows_with_tree_masks_equals_each_request_stepped_alone(tmp_path) -> None:
+    """Tree frontiers of several requests in one batched step: each request's rows see its cache
+    and only the tree entries its mask names, as its own masked step does (a request without a
+    tree node among them is causal)."""
+    g = torch.Generator().manual_seed(5)
+    _write_eagle3(tmp_path, g)
+    embed, lm_head = torch.randn(VOCAB, H, generator=g), torch.randn(VOCAB, H, generator=g)
+    head = load_eagle_head(str(tmp_path), LAYERS, embed, lm_head)
+    cached, new = [6, 3, 4], [3, 2, 1]
+    # Request 0: three frontier nodes over two earlier tree entries; request 1: two nodes, one
+    # earlier entry; request 2: a chain row (its mask is the causal one).
+    masks = [
+        torch.tensor([[1, 0, 1, 0, 0], [1, 0, 0, 1, 0], [0, 1, 0, 0, 1]], dtype=torch.bool),
+        torch.tensor([[1, 1, 0], [1, 0, 1]], dtype=torch.bool),
+        torch.tensor([[1]], dtype=torch.bool),
+    ]
+    seqs = [torch.randint(0, VOCAB, (c + n,), generator=g) for c, n in zip(cached, new)]
+    feats = [torch.randn(c + n, H, generator=g) for c, n in zip(cached, new)]
+    alone, batched = [EagleKV() for _ in seqs], [EagleKV() for _ in seqs]
+    with torch.no_grad():
+        for kvs in (alone, batched):
+            for kv, s, f, c in zip(kvs, seqs, feats, cached):
+                head.step(s[:c], f[:c], torch.arange(c), kv)
+        refs = [
+            head.step(s[c:], f[c:], torch.full((len(s) - c,), c), kv, tree_mask=m)
+            for kv, s, f, c, m in zip(alone, seqs, feats, cached, masks)
+        ]
+        h, logits = head.step_rows(
+            torch.cat([s[c:] for s, c in zip(seqs, cached)]),
+            torch.cat([f[c:] for f, c in zip(feats, cached)]),
+            torch.cat([torch.full((len(s) - c,), c) for s, c in zip(seqs, cached)]),
+            new,
+            batched,
+            tree_masks=masks,
+        )
+    assert torch.allclose(h, torch.cat([r[0] for r in refs]), atol=1e-5, rtol=1e-4)
+    ref_l = torch.cat([r[1] for r in refs])
+    finite = ref_l.isfinite()
+    assert torch.equal(logits.isfinite(), finite)
+    assert torch.allclose(logits[finite], ref_l[finite], atol=1e-4, rtol=1e-4)
+    # The masks change the answer: the same rows stepped causally differ.
+    causal = EagleKV()
+    head.step(seqs[0][: cached[0]], feats[0][: cached[0]], torch.arange(cached[0]), causal)
+    plain, _ = head.step(seqs[0][cached[0] :], feats[0][cached[0] :], torch.full((3,), 6), causal)
+    assert not torch.allclose(plain, refs[0][0], atol=1e-3)
+
+
 def test_kv_cache_grows_in_place_and_truncates() -> None:
     """Appends past the buffer keep every earlier entry; a truncation is only a length, and the
     next append overwrites the dropped entries."""

@@ -18,7 +18,14 @@ from typing import List
 
 import pytest
 import torch
-from test_speculative import _eagle_head, _greedy_info, make, repetitive_prompts, run_batch
+from test_speculative import (
+    _eagle_head,
+    _greedy_info,
+    count_head_passes,
+    make,
+    repetitive_prompts,
+    run_batch,
+)
 
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.speculative.draft_tree import DraftTree, depths_of
@@ -293,9 +300,16 @@ def test_eagle_trees_match_plain_decoding(tiny_models, plain_branching, tmp_path
     sched = make(
         tiny_models, speculative_algorithm=variant, speculative_draft_model_path=path, **DRAFT_TREE
     )
+    rounds = count_head_passes(sched.spec.proposer)
     got = run_batch(sched, branching_prompts(), MAX_NEW)
     assert [g["ids"] for g in got] == [p["ids"] for p in plain_branching]
     assert sched.spec.num_tree_passes > 0
+    # The trees grow together: one head pass per depth (the absorb pass, then one per frontier
+    # below the top), however many requests draft in the round.
+    depth = DRAFT_TREE["speculative_num_steps"]
+    batched = [r for r in rounds if r[0] > 1]
+    assert batched, rounds
+    assert all(n_passes == min(depth, k) for _, k, n_passes in batched), rounds
 
 
 def test_tree_arguments_are_checked():

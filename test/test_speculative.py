@@ -219,14 +219,9 @@ def test_eagle_greedy_matches_plain_decoding(tiny_models, plain_outputs, tmp_pat
         assert req.spec_state is None or req.spec_state.feat_len() >= 0
 
 
-def test_eagle_chain_runs_one_head_pass_per_depth_for_the_whole_batch(
-    tiny_models, plain_outputs, tmp_path
-):
-    """Chain drafting batches the requests: a draft round of k tokens over a batch runs the head
-    k times (one absorb pass, then k - 1 feedback passes), however many requests it drafts for."""
-    path = _eagle_head(tiny_models, tmp_path, "EAGLE")
-    sched = make(tiny_models, speculative_algorithm="EAGLE", speculative_draft_model_path=path)
-    proposer = sched.spec.proposer
+def count_head_passes(proposer) -> List[tuple]:
+    """Wraps an EagleProposer so that each draft round appends (requests drafted for, most drafts
+    of one, head passes it ran) to the returned list."""
     head, layer, draft = proposer.head, proposer.head._layer, proposer.draft
     passes, rounds = [0], []
 
@@ -241,6 +236,17 @@ def test_eagle_chain_runs_one_head_pass_per_depth_for_the_whole_batch(
         return out
 
     head._layer, proposer.draft = counted_layer, counted_draft
+    return rounds
+
+
+def test_eagle_chain_runs_one_head_pass_per_depth_for_the_whole_batch(
+    tiny_models, plain_outputs, tmp_path
+):
+    """Chain drafting batches the requests: a draft round of k tokens over a batch runs the head
+    k times (one absorb pass, then k - 1 feedback passes), however many requests it drafts for."""
+    path = _eagle_head(tiny_models, tmp_path, "EAGLE")
+    sched = make(tiny_models, speculative_algorithm="EAGLE", speculative_draft_model_path=path)
+    rounds = count_head_passes(sched.spec.proposer)
     got = run_batch(sched, repetitive_prompts(), 24)
     assert [g["ids"] for g in got] == [p["ids"] for p in plain_outputs["rep"]]
     batched = [r for r in rounds if r[0] > 1]

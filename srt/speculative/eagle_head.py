@@ -283,12 +283,17 @@ class EagleHead(nn.Module):
         positions: torch.Tensor,
         lens: List[int],
         kvs: List[EagleKV],
+        tree_masks: Optional[List[torch.Tensor]] = None,
     ) -> Tuple[torch.Tensor, torch.Tensor]:
         """`step` for several requests in one pass: request i owns the next lens[i] rows of tokens /
-        feature / positions and extends kvs[i]; the matmuls run once over all rows."""
+        feature / positions and extends kvs[i] (tree_masks[i]: its rows' tree_mask, as `step`);
+        the matmuls run once over all rows."""
         if len(kvs) == 1:
-            return self.step(tokens, feature, positions, kvs[0])
-        return self._layer(tokens, feature, lambda x: self._attention_rows(x, positions, lens, kvs))
+            mask = None if tree_masks is None else tree_masks[0]
+            return self.step(tokens, feature, positions, kvs[0], tree_mask=mask)
+        return self._layer(
+            tokens, feature, lambda x: self._attention_rows(x, positions, lens, kvs, tree_masks)
+        )
 
     def _layer(self, tokens: torch.Tensor, feature: torch.Tensor, attention):
         c, w = self.c, self.w
@@ -349,7 +354,12 @@ class EagleHead(nn.Module):
         return F.linear(out.transpose(0, 1).reshape(t, -1), self.w["self_attn.o_proj.weight"])
 
     def _attention_rows(
-        self, x: torch.Tensor, positions: torch.Tensor, lens: List[int], kvs: List[EagleKV]
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        lens: List[int],
+        kvs: List[EagleKV],
+        tree_masks: Optional[List[torch.Tensor]] = None,
     ) -> torch.Tensor:
         """Causal attention of each request's new rows over its own cache, the requests padded to
         one [B, max rows] x [B, max cache] problem."""
@@ -379,6 +389,9 @@ class EagleHead(nn.Module):
         limit = (ends_t - lens_t)[:, None] + torch.arange(t_max, device=dev)[None]
         limit = torch.where(torch.arange(t_max, device=dev)[None] < lens_t[:, None], limit, 0)
         mask = torch.arange(n_max, device=dev)[None, None] <= limit[:, :, None]
+        for i, tree in enumerate(tree_masks or ()):
+            # The causal limit already covers every entry before the tree's (tree width >= rows).
+            mask[i, : lens[i], ends[i] - tree.shape[1] : ends[i]] = tree.to(dev)
         out = self._sdpa(
             qp.transpose(1, 2), keys.transpose(1, 2), vals.transpose(1, 2), mask[:, None]
         )

@@ -191,49 +191,78 @@ class EagleProposer:
         return hidden[last], logits[last]
 
     def _draft_trees(self, reqs: List[Req], num_drafts: List[int], prefix_lens: List[int]):
+        active = [
+            i for i, k in enumerate(num_drafts) if k > 0 and self._ready(reqs[i], prefix_lens[i])
+        ]
+        searches = self._grow_trees(
+            [reqs[i] for i in active],
+            [num_drafts[i] for i in active],
+            [prefix_lens[i] for i in active],
+        )
+        trees = dict(zip(active, (s.tree() for s in searches)))
         ids: List[int] = []
-        for r, k, cur in zip(reqs, num_drafts, prefix_lens):
+        for i, r in enumerate(reqs):
             ids.append(r.output_ids[-1])
             r.spec_drafts = []
-            tree = self._tree_one(r, k, cur) if k > 0 else None
+            tree = trees.get(i)
             if tree is not None:
-                assert tree.num_nodes == k, (tree.num_nodes, k)
+                assert tree.num_nodes == num_drafts[i], (tree.num_nodes, num_drafts[i])
                 r.spec_drafts = tree.tokens
                 r.spec_tree = None if tree.is_chain() else tree
                 ids.extend(tree.tokens)
         return ids
 
-    def _tree_one(self, r: Req, k: int, cur: int):
-        """Grow one request's tree (tree_search.py): each step runs the head on the frontier nodes
-        at once, each seeing the request's cache and its own ancestors among the nodes so far."""
-        if not self._ready(r, cur):
-            return None
-        st = self._state(r)
-        hidden, logits = self._absorb_rows([r], [cur])
-        search = TreeSearch(tree_topk(self.spec, r), k)
-        out_feat = {ROOT: hidden[-1]}  # a node's head output: its children's feature
-        entry: dict = {}  # a node's index among the cache entries drafting appended
-        logprobs = torch.log_softmax(logits[-1:].float(), dim=-1)
-        last = min(self.spec.num_steps, k)
-        for depth in range(1, last + 1):
+    def _grow_trees(self, reqs: List[Req], ks: List[int], cur: List[int]) -> List[TreeSearch]:
+        """Every request's tree search (tree_search.py), one head pass per depth over all live
+        requests' frontier nodes; a node sees its request's cache and its own ancestors among the
+        nodes drafted so far."""
+        if not reqs:
+            return []
+        hidden, logits = self._absorb_rows(reqs, cur)
+        searches = [TreeSearch(tree_topk(self.spec, r), k) for r, k in zip(reqs, ks)]
+        out_feat = [{ROOT: hidden[b]} for b in range(len(reqs))]  # a node's children's feature
+        entry: List[dict] = [{} for _ in reqs]  # a node's index among the entries drafting added
+        lasts = [min(self.spec.num_steps, k) for k in ks]
+        live, n_rows = list(range(len(reqs))), [1] * len(reqs)
+        logprobs = torch.log_softmax(logits.float(), dim=-1)
+        for depth in range(1, max(lasts) + 1):
             top_v, top_i = logprobs.topk(min(self.spec.topk, self.vocab), dim=-1)
-            search.grow(top_v.tolist(), top_i.tolist())
-            if depth == last:
+            top_v, top_i = top_v.tolist(), top_i.tolist()
+            at = 0
+            for b, n in zip(live, n_rows):
+                searches[b].grow(top_v[at : at + n], top_i[at : at + n])
+                at += n
+            live = [b for b in live if depth < lasts[b]]
+            if not live:
                 break
-            front = search.frontier
-            for n in front:
-                entry[n] = len(entry)
-            mask = torch.zeros((len(front), len(entry)), dtype=torch.bool)
-            for j, n in enumerate(front):
-                mask[j, [entry[a] for a in search.path(n)]] = True
-            toks = torch.tensor([search.tokens[n] for n in front], device=self.device)
-            feat = torch.stack([out_feat[search.parents[n]] for n in front])
-            pos = torch.full((len(front),), cur + depth - 1, device=self.device)
-            h, lg = self.head.step(toks, feat, pos, st.kv, tree_mask=mask)
-            for j, n in enumerate(front):
-                out_feat[n] = h[j]
+            n_rows = [len(searches[b].frontier) for b in live]
+            toks, feats, masks = [], [], []
+            for b in live:
+                search, seen = searches[b], entry[b]
+                for n in search.frontier:
+                    seen[n] = len(seen)
+                    toks.append(search.tokens[n])
+                    feats.append(out_feat[b][search.parents[n]])
+                mask = torch.zeros((len(search.frontier), len(seen)), dtype=torch.bool)
+                for j, n in enumerate(search.frontier):
+                    mask[j, [seen[a] for a in search.path(n)]] = True
+                masks.append(mask)
+            pos = [cur[b] + depth - 1 for b, n in zip(live, n_rows) for _ in range(n)]
+            h, lg = self.head.step_rows(
+                torch.tensor(toks, device=self.device),
+                torch.stack(feats),
+                torch.tensor(pos, device=self.device),
+                n_rows,
+                [self._state(reqs[b]).kv for b in live],
+                tree_masks=masks,
+            )
+            at = 0
+            for b in live:
+                for n in searches[b].frontier:
+                    out_feat[b][n] = h[at]
+                    at += 1
             logprobs = torch.log_softmax(lg.float(), dim=-1)
-        return search.tree()
+        return searches
 
     def on_verified(
         self,
