@@ -238,6 +238,22 @@ def test_bench_speculative_real_draft_cpu(drafter: str, topk: int) -> None:
         assert r.get("same_tokens", True)
 
 
+@pytest.mark.parametrize("shape", ["--topk 1 --num-steps 3", "--topk 3 --num-steps 3"])
+def test_bench_eagle_draft_cpu(shape: str) -> None:
+    """The EAGLE drafting benchmark: at most one round per new token after the prefill's, and a
+    round runs at most num_steps head passes whatever the batch (one per depth; fewer where the
+    length cap shrinks the last drafts). Drafting four requests one by one would run up to 12."""
+    import bench_eagle_draft
+
+    rows = bench_eagle_draft.main(
+        f"--batch-size 1 4 --output-len 8 --num-draft-tokens 4 --count-ops {shape}".split()
+    )
+    for r in rows:
+        assert 0 < r["rounds"] <= 7
+        assert 1 <= r["head_passes_per_round"] <= 3
+        assert r["aten_ops_per_round"] > 0
+
+
 def test_bench_ngram_text_cpu() -> None:
     """NGRAM on real text with the embedded trained model: asked to copy a passage, the model's
     greedy continuation repeats the prompt, so verify passes accept drafts (more than one token per

@@ -1,0 +1,132 @@
+"""What an EAGLE head's drafting costs per round, by batch size: chains or trees.
+
+The real scheduler runs in-process on the plain loop with a random EAGLE / EAGLE-3 head of the
+target's shape (dummy weights) and greedy requests of fixed length. Each `EagleProposer.draft` call
+is timed and its aten operations counted (a count, unlike a time, does not move with the machine's
+load, so it compares trees on a shared CPU). Head passes per round should not grow with the batch.
+
+    python benchmark/bench_eagle_draft.py --model-config tiny-llama --batch-size 1 8 32
+    python benchmark/bench_eagle_draft.py --model-config tiny-llama --topk 3 --num-steps 3 \\
+        --num-draft-tokens 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch
+from bench_speculative import write_head_config
+from model_configs import write_model_config
+from torch.utils._python_dispatch import TorchDispatchMode
+
+
+class _OpCount(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.n = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.n += 1
+        return func(*args, **(kwargs or {}))
+
+
+def measure(model_path: str, bs: int, args) -> dict:
+    from sglang.srt.core.io_struct.to_scheduler import TokenizedGenerateReqInput
+    from sglang.srt.core.sampling_params import SamplingParams
+    from sglang.srt.managers.scheduler.scheduler import Scheduler
+    from sglang.srt.server_args import ServerArgs
+
+    sa = ServerArgs(
+        model_path=model_path,
+        load_format="dummy",
+        skip_tokenizer_init=True,
+        grammar_backend="none",
+        disable_overlap_schedule=True,
+        disable_cuda_graph=True,
+        max_total_tokens=max(bs * (args.input_len + args.output_len + 16), 4096),
+        max_running_requests=bs,
+        speculative_algorithm=args.eagle,
+        speculative_draft_model_path=write_head_config(model_path, args.eagle),
+        speculative_eagle_topk=args.topk,
+        speculative_num_steps=args.num_steps,
+        speculative_num_draft_tokens=args.num_draft_tokens,
+        random_seed=1,
+    )
+    sched = Scheduler(sa, None)
+    proposer = sched.spec.proposer
+    real_draft, layer = proposer.draft, proposer.head._layer
+    stats = dict(rounds=0, seconds=0.0, ops=0, passes=0)
+
+    def counted_layer(*a):
+        stats["passes"] += 1
+        return layer(*a)
+
+    def timed_draft(*a):
+        counter = _OpCount() if args.count_ops else None
+        t = time.perf_counter()
+        if counter is None:
+            out = real_draft(*a)
+        else:
+            with counter:
+                out = real_draft(*a)
+            stats["ops"] += counter.n
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        stats["seconds"] += time.perf_counter() - t
+        stats["rounds"] += 1
+        return out
+
+    proposer.draft, proposer.head._layer = timed_draft, counted_layer
+    vocab = sched.model_config.vocab_size
+    for i in range(bs):
+        sp = SamplingParams(max_new_tokens=args.output_len, temperature=0.0, ignore_eos=True)
+        sp.normalize(None)
+        ids = [(7 * i + 13 * j) % (vocab - 2) + 1 for j in range(args.input_len)]
+        sched.intake.handle_generate_request(
+            TokenizedGenerateReqInput(rid=f"e{bs}-{i}", input_ids=ids, sampling_params=sp)
+        )
+    while sched.state.rid_to_req:
+        sched.step()
+    n = max(stats["rounds"], 1)
+    return dict(
+        bs=bs,
+        rounds=stats["rounds"],
+        ms_per_round=1e3 * stats["seconds"] / n,
+        head_passes_per_round=stats["passes"] / n,
+        aten_ops_per_round=stats["ops"] / n if args.count_ops else None,
+    )
+
+
+def main(argv=None) -> list:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model-config", default="tiny-llama")
+    p.add_argument("--eagle", default="EAGLE", choices=["EAGLE", "EAGLE3"])
+    p.add_argument("--batch-size", type=int, nargs="+", default=[1, 8, 32])
+    p.add_argument("--input-len", type=int, default=40)
+    p.add_argument("--output-len", type=int, default=32)
+    p.add_argument("--topk", type=int, default=1)
+    p.add_argument("--num-steps", type=int, default=3)
+    p.add_argument("--num-draft-tokens", type=int, default=4)
+    p.add_argument("--count-ops", action="store_true", help="count aten ops (slows the timing)")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        torch.set_num_threads(1)  # on a shared CPU, one thread keeps rounds comparable
+    model_path = write_model_config(args.model_config)
+    rows = [measure(model_path, bs, args) for bs in args.batch_size]
+    print(f"{'bs':>4} {'rounds':>7} {'ms/round':>9} {'head passes':>12} {'aten ops':>9}")
+    for r in rows:
+        ops = "-" if r["aten_ops_per_round"] is None else f"{r['aten_ops_per_round']:.1f}"
+        print(
+            f"{r['bs']:>4} {r['rounds']:>7} {r['ms_per_round']:>9.2f} "
+            f"{r['head_passes_per_round']:>12.2f} {ops:>9}"
+        )
+    return rows
+
+
+if __name__ == "__main__":
+    main()
