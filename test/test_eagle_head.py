@@ -15,7 +15,8 @@ import torch
 from model_fixtures import write_eagle_head
 from safetensors.torch import save_file
 
-from sglang.srt.speculative.eagle_head import EAGLE, EAGLE3, EagleKV, load_eagle_head
+from sglang.srt.speculative.eagle_head import EAGLE, EAGLE3, load_eagle_head
+from sglang.srt.speculative.eagle_kv import EagleKV
 
 H, HEADS, KV, D, INTER, VOCAB, LAYERS = 64, 4, 2, 16, 96, 300, 8
 DRAFT_VOCAB = 120
@@ -249,6 +250,55 @@ def test_step_rows_with_tree_masks_equals_each_request_stepped_alone(tmp_path) -
     head.step(seqs[0][: cached[0]], feats[0][: cached[0]], torch.arange(cached[0]), causal)
     plain, _ = head.step(seqs[0][cached[0] :], feats[0][cached[0] :], torch.full((3,), 6), causal)
     assert not torch.allclose(plain, refs[0][0], atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    "cached,steps", [([5, 2, 8], ([1, 1, 1], [1, 0, 1])), ([5], ([1], [1]))], ids=["3", "1"]
+)
+def test_round_cache_draft_steps_equal_each_request_stepped_alone(tmp_path, cached, steps) -> None:
+    """A draft round over the padded cache: two feedback steps (with 3 requests the second has
+    request 1 no longer drafting: 0 rows) give each live request what its own steps give; the
+    requests' own caches keep none of the round's entries (they are dropped after verify). One
+    request's round works in its own buffer."""
+    g = torch.Generator().manual_seed(6)
+    _write_eagle(tmp_path, g)
+    embed, lm_head = torch.randn(VOCAB, H, generator=g), torch.randn(VOCAB, H, generator=g)
+    head = load_eagle_head(str(tmp_path), LAYERS, embed, lm_head)
+    toks = torch.randint(0, VOCAB, (len(cached), 10), generator=g)
+    feats = torch.randn(len(cached), 10, H, generator=g)
+    own, alone = [EagleKV() for _ in cached], [EagleKV() for _ in cached]
+    with torch.no_grad():
+        for kvs in (own, alone):
+            for i, (kv, c) in enumerate(zip(kvs, cached)):
+                head.step(toks[i, :c], feats[i, :c], torch.arange(c), kv)
+        cache = head.new_round(own, room=2)
+        got, want = [], []
+        for lens in steps:
+            rows = [i for i, n in enumerate(lens) if n]
+            at = [cache.ends[i] for i in rows]
+            h, lg = head.step_rows(
+                torch.stack([toks[i, a] for i, a in zip(rows, at)]),
+                torch.stack([feats[i, a] for i, a in zip(rows, at)]),
+                torch.tensor(at),
+                lens,
+                cache,
+            )
+            got.append(h)
+            want.append(
+                torch.cat(
+                    [
+                        head.step(
+                            toks[i, a : a + 1], feats[i, a : a + 1], torch.tensor([a]), alone[i]
+                        )[0]
+                        for i, a in zip(rows, at)
+                    ]
+                )
+            )
+    for g_h, w_h in zip(got, want):
+        assert torch.allclose(g_h, w_h, atol=1e-5, rtol=1e-4)
+    assert cache.ends == [c + sum(step[i] for step in steps) for i, c in enumerate(cached)]
+    assert [kv.n for kv in own] == cached
+    assert (cache.own is own[0]) == (len(cached) == 1)
 
 
 def test_kv_cache_grows_in_place_and_truncates() -> None:

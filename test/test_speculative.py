@@ -295,7 +295,7 @@ def test_eagle_head_cache_is_built_from_the_targets_hidden_states(
     plain run repeats most, so some drafts are accepted and verify rows past the first are kept."""
     import collections
 
-    from sglang.srt.speculative.eagle_head import EagleKV
+    from sglang.srt.speculative.eagle_kv import EagleKV
 
     prompt = repetitive_prompts()[1]
     common = collections.Counter(plain_outputs["rep"][1]["ids"]).most_common(1)[0][0]

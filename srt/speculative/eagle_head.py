@@ -12,10 +12,10 @@ A draft head is one decoder layer that reads the target's hidden states as well 
   are [*, 2H]; the residual is the feature. Logits come from the head's own `norm` and `lm_head`
   over a reduced draft vocabulary, mapped to target ids by `d2t` (target = draft + d2t[draft]).
 
-The embedding (and EAGLE-1's LM head) are the target's unless the checkpoint has its own. The step
-keeps each request's draft-layer KV contiguous and runs torch ops; `step_rows` runs one step for
-a whole batch of requests (eagle_proposer.py drives it from the verify loop). A paged,
-graph-captured version for the GPU is still to be built.
+The embedding (and EAGLE-1's LM head) are the target's unless the checkpoint has its own. `step`
+runs one request over its contiguous draft-layer KV (the reference); `step_rows` runs a whole batch
+of requests over a draft round's padded cache (eagle_kv.py), which eagle_proposer.py drives from
+the verify loop. A paged, graph-captured version for the GPU is still to be built.
 """
 
 from __future__ import annotations
@@ -24,13 +24,14 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from sglang.srt.layers.rotary_embedding import RotaryEmbedding
+from sglang.srt.speculative.eagle_kv import EagleKV, RoundKV
 
 EAGLE, EAGLE3 = "EAGLE", "EAGLE3"
 
@@ -167,46 +168,6 @@ def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w
 
 
-@dataclass
-class EagleKV:
-    """One request's draft-layer K / V so far ([n, kv_heads, head_dim] each), in buffers that
-    grow by doubling so a draft step appends in place instead of copying the whole cache."""
-
-    k_buf: Optional[torch.Tensor] = None
-    v_buf: Optional[torch.Tensor] = None
-    n: int = 0
-
-    @property
-    def k(self) -> Optional[torch.Tensor]:
-        return None if self.k_buf is None else self.k_buf[: self.n]
-
-    @property
-    def v(self) -> Optional[torch.Tensor]:
-        return None if self.v_buf is None else self.v_buf[: self.n]
-
-    def append(self, k: torch.Tensor, v: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        end = self.n + k.shape[0]
-        if self.k_buf is None or self.k_buf.shape[0] < end:
-            cap = max(end, 2 * (0 if self.k_buf is None else self.k_buf.shape[0]), 16)
-            self.k_buf, self.v_buf = (
-                self._grown(self.k_buf, k, cap),
-                self._grown(self.v_buf, v, cap),
-            )
-        self.k_buf[self.n : end] = k
-        self.v_buf[self.n : end] = v
-        self.n = end
-        return self.k, self.v
-
-    def truncate(self, n: int) -> None:
-        self.n = min(self.n, max(n, 0))
-
-    def _grown(self, old: Optional[torch.Tensor], like: torch.Tensor, cap: int) -> torch.Tensor:
-        buf = like.new_empty((cap, *like.shape[1:]))
-        if old is not None:
-            buf[: self.n] = old[: self.n]
-        return buf
-
-
 class EagleHead(nn.Module):
     def __init__(
         self,
@@ -282,18 +243,27 @@ class EagleHead(nn.Module):
         feature: torch.Tensor,
         positions: torch.Tensor,
         lens: List[int],
-        kvs: List[EagleKV],
-        tree_masks: Optional[List[torch.Tensor]] = None,
+        cache: Union[RoundKV, List[EagleKV]],
+        tree_masks: Optional[List[Optional[torch.Tensor]]] = None,
     ) -> Tuple[torch.Tensor, torch.Tensor]:
-        """`step` for several requests in one pass: request i owns the next lens[i] rows of tokens /
-        feature / positions and extends kvs[i] (tree_masks[i]: its rows' tree_mask, as `step`);
-        the matmuls run once over all rows."""
-        if len(kvs) == 1:
-            mask = None if tree_masks is None else tree_masks[0]
-            return self.step(tokens, feature, positions, kvs[0], tree_mask=mask)
+        """`step` for several requests in one pass: request i owns the next lens[i] rows (0: none)
+        of tokens / feature / positions and appends them to its cache (a draft round's RoundKV,
+        or the requests' own caches, which keep them); tree_masks[i]: its rows' tree_mask, as
+        `step`. The matmuls run once over all rows."""
+        if not isinstance(cache, RoundKV):
+            kvs, cache = cache, self.new_round(cache, max(lens))
+            out = self.step_rows(tokens, feature, positions, lens, cache, tree_masks)
+            cache.commit(kvs, lens)
+            return out
         return self._layer(
-            tokens, feature, lambda x: self._attention_rows(x, positions, lens, kvs, tree_masks)
+            tokens, feature, lambda x: self._attention_round(x, positions, lens, cache, tree_masks)
         )
+
+    def new_round(self, kvs: List[EagleKV], room: int) -> RoundKV:
+        """The requests' caches padded for a draft round of up to `room` more entries each."""
+        c = self.c
+        like = self.fc_w.new_empty((0, c.kv_heads, c.head_dim))
+        return RoundKV.of(kvs, room, like)
 
     def _layer(self, tokens: torch.Tensor, feature: torch.Tensor, attention):
         c, w = self.c, self.w
@@ -342,61 +312,71 @@ class EagleHead(nn.Module):
         kv: EagleKV,
         tree_mask: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
-        t = x.shape[0]
         q, k, v = self._qkv(x, positions)
         keys, vals = kv.append(k, v)
-        n = keys.shape[0]
+        return self._attend_one(q, keys, vals, tree_mask)
+
+    def _attend_one(self, q, keys, vals, tree_mask: Optional[torch.Tensor]) -> torch.Tensor:
+        """One request's new rows q [t, heads, d], the last t of its entries keys / vals [n, ...]."""
+        t, n = q.shape[0], keys.shape[0]
         # Causal within the new positions; every cached position is earlier than all of them.
-        mask = torch.ones((t, n), dtype=torch.bool, device=x.device).tril(n - t)
+        mask = torch.ones((t, n), dtype=torch.bool, device=q.device).tril(n - t)
         if tree_mask is not None:
-            mask[:, n - tree_mask.shape[1] :] = tree_mask.to(x.device)
+            mask[:, n - tree_mask.shape[1] :] = tree_mask.to(q.device)
         out = self._sdpa(q.transpose(0, 1), keys.transpose(0, 1), vals.transpose(0, 1), mask)
         return F.linear(out.transpose(0, 1).reshape(t, -1), self.w["self_attn.o_proj.weight"])
 
-    def _attention_rows(
+    def _attention_round(
         self,
         x: torch.Tensor,
         positions: torch.Tensor,
         lens: List[int],
-        kvs: List[EagleKV],
-        tree_masks: Optional[List[torch.Tensor]] = None,
+        cache: RoundKV,
+        tree_masks: Optional[List[Optional[torch.Tensor]]],
     ) -> torch.Tensor:
-        """Causal attention of each request's new rows over its own cache, the requests padded to
-        one [B, max rows] x [B, max cache] problem."""
+        """Each request's new rows over its padded cache: causal, or under its tree mask for the
+        tree's entries; padding rows see entry 0 only (their output is dropped) so no softmax row
+        is empty."""
         dev, b = x.device, len(lens)
         q, k, v = self._qkv(x, positions)
-        starts = [0]
-        for n_new in lens:
-            starts.append(starts[-1] + n_new)
-        ends = []
-        for kv, s, e in zip(kvs, starts, starts[1:]):
-            kv.append(k[s:e], v[s:e])
-            ends.append(kv.n)
-        t_max, n_max = max(lens), max(ends)
-        keys = k.new_zeros((b, n_max, *k.shape[1:]))
-        vals = v.new_zeros((b, n_max, *v.shape[1:]))
-        for i, (kv, n) in enumerate(zip(kvs, ends)):
-            keys[i, :n], vals[i, :n] = kv.k, kv.v
-        row = torch.repeat_interleave(torch.arange(b), torch.tensor(lens))
-        col = torch.arange(x.shape[0]) - torch.tensor(starts[:-1])[row]
-        row, col = row.to(dev), col.to(dev)
+        if cache.own is not None:  # one request: its own contiguous buffer, no padding
+            keys, vals = cache.append_own(k, v)
+            return self._attend_one(q, keys, vals, tree_masks[0] if tree_masks else None)
+        at = cache.append(k, v, lens)
+        t_max, n_max = max(lens), cache.k.shape[1]
+        widths = [0 if m is None else m.shape[1] for m in tree_masks or [None] * b]
+        meta = torch.tensor([cache.ends, lens, widths]).to(dev)
+        ends, lens_t, width = meta[0], meta[1], meta[2]
+        t = torch.arange(t_max, device=dev)[None]
+        limit = torch.where(t < lens_t[:, None], (ends - lens_t)[:, None] + t, 0)  # [B, t_max]
+        cols = torch.arange(n_max, device=dev)
+        mask = cols[None, None] <= limit[:, :, None]
+        if any(widths):
+            mask = self._with_trees(mask, tree_masks, lens, widths, ends, width)
         qp = q.new_zeros((b, t_max, *q.shape[1:]))
-        qp[row, col] = q
-        # Row t of request i sees cache entries [0, ends[i] - lens[i] + t]; padding rows see
-        # entry 0 only (their output is dropped) so no softmax row is empty.
-        ends_t = torch.tensor(ends, device=dev)
-        lens_t = torch.tensor(lens, device=dev)
-        limit = (ends_t - lens_t)[:, None] + torch.arange(t_max, device=dev)[None]
-        limit = torch.where(torch.arange(t_max, device=dev)[None] < lens_t[:, None], limit, 0)
-        mask = torch.arange(n_max, device=dev)[None, None] <= limit[:, :, None]
-        for i, tree in enumerate(tree_masks or ()):
-            # The causal limit already covers every entry before the tree's (tree width >= rows).
-            mask[i, : lens[i], ends[i] - tree.shape[1] : ends[i]] = tree.to(dev)
+        qp[at[0], at[2]] = q
         out = self._sdpa(
-            qp.transpose(1, 2), keys.transpose(1, 2), vals.transpose(1, 2), mask[:, None]
+            qp.transpose(1, 2), cache.k.transpose(1, 2), cache.v.transpose(1, 2), mask[:, None]
         )
-        out = out.transpose(1, 2)[row, col]
+        out = out.transpose(1, 2)[at[0], at[2]]
         return F.linear(out.reshape(x.shape[0], -1), self.w["self_attn.o_proj.weight"])
+
+    @staticmethod
+    def _with_trees(mask, tree_masks, lens, widths, ends, width) -> torch.Tensor:
+        """mask [B, t_max, n_max] with each tree's entries (request i's last widths[i]) seen as
+        tree_masks[i] says: the masks go to the device as one right-aligned [B, t_max, w_max]."""
+        b, t_max, n_max = mask.shape
+        w_max = max(widths)
+        pad = torch.zeros((b, t_max, w_max), dtype=torch.bool)
+        for i, m in enumerate(tree_masks):
+            if m is not None:
+                pad[i, : lens[i], w_max - widths[i] :] = m
+        pad = pad.to(mask.device)
+        cols = torch.arange(n_max, device=mask.device)[None]
+        in_tree = (cols >= (ends - width)[:, None]) & (cols < ends[:, None])  # [B, n_max]
+        rel = (cols - (ends - w_max)[:, None]).clamp(0, w_max - 1)
+        seen = pad.gather(2, rel[:, None, :].expand(b, t_max, n_max))
+        return torch.where(in_tree[:, None, :], seen, mask)
 
     def _mlp(self, x: torch.Tensor) -> torch.Tensor:
         w = self.w

@@ -24,7 +24,8 @@ from sglang.srt.speculative.draft_sampling import (
     draft_chains,
     draft_info,
 )
-from sglang.srt.speculative.eagle_head import EAGLE, EagleHead, EagleKV
+from sglang.srt.speculative.eagle_head import EAGLE, EagleHead
+from sglang.srt.speculative.eagle_kv import EagleKV
 from sglang.srt.speculative.tree_search import ROOT, TreeSearch, tree_budgets, tree_topk
 from sglang.srt.speculative.verify import VerifyLayout
 
@@ -137,21 +138,23 @@ class EagleProposer:
             return drafts, qs
         sub = [reqs[i] for i in active]
         cur = [prefix_lens[i] for i in active]
-        feat, logits = self._absorb_rows(sub, cur)
-        pos = torch.tensor(
-            [c - 1 for c in cur], device=self.device
-        )  # + step: that input's position
+        ks = [num_drafts[i] for i in active]
+        feat, logits, cache = self._absorb_rows(sub, cur, room=max(ks) - 1)
+        # Step s feeds each live row its s-th draft, at position cur + s - 1.
+        pos = torch.tensor([c - 1 for c in cur], device=self.device)
 
         def advance(live, step, toks, kept):
             nonlocal feat, pos
             if kept is not None:
                 feat, pos = feat[kept], pos[kept]
-            kvs = [self._state(sub[j]).kv for j in live]
-            feat, out = self.head.step_rows(toks, feat, pos + step, [1] * len(live), kvs)
+            lens = [0] * len(sub)
+            for j in live:
+                lens[j] = 1
+            feat, out = self.head.step_rows(toks, feat, pos + step, lens, cache)
             return out
 
         base = draft_info(sub, self.vocab, self.device)
-        chains, chain_qs = draft_chains(base, logits, [num_drafts[i] for i in active], advance)
+        chains, chain_qs = draft_chains(base, logits, ks, advance)
         for i, d, q in zip(active, chains, chain_qs):
             drafts[i], qs[i] = d, q
         return drafts, qs
@@ -162,10 +165,11 @@ class EagleProposer:
         return st.kv_end < cur <= st.kv_end + st.feat_len()
 
     @torch.no_grad()
-    def _absorb_rows(self, reqs: List[Req], ends: List[int]):
+    def _absorb_rows(self, reqs: List[Req], ends: List[int], room: int = 0):
         """Run the head, in one pass, over each request's stored features of positions
-        [kv_end, end) (their next tokens are known; each request has rows to run); returns its
-        output (feature, logits) at each request's last row."""
+        [kv_end, end) (their next tokens are known; each request has rows to run; the requests'
+        caches keep them); returns its output (feature, logits) at each request's last row and
+        the round's cache, with room for `room` more entries each."""
         toks, feats, pos, lens, kvs = [], [], [], [], []
         for r, end in zip(reqs, ends):
             st = self._state(r)
@@ -178,17 +182,19 @@ class EagleProposer:
             lens.append(end - start)
             kvs.append(st.kv)
         dev = self.device
+        cache = self.head.new_round(kvs, max(lens) + room)
         hidden, logits = self.head.step_rows(
             torch.tensor(toks, dtype=torch.int64, device=dev),
             torch.cat(feats),
             torch.tensor(pos, device=dev),
             lens,
-            kvs,
+            cache,
         )
+        cache.commit(kvs, lens)
         if len(lens) == 1:
-            return hidden[-1:], logits[-1:]
+            return hidden[-1:], logits[-1:], cache
         last = torch.tensor(lens, device=dev).cumsum(0) - 1
-        return hidden[last], logits[last]
+        return hidden[last], logits[last], cache
 
     def _draft_trees(self, reqs: List[Req], num_drafts: List[int], prefix_lens: List[int]):
         active = [
@@ -218,11 +224,12 @@ class EagleProposer:
         nodes drafted so far."""
         if not reqs:
             return []
-        hidden, logits = self._absorb_rows(reqs, cur)
         searches = [TreeSearch(tree_topk(self.spec, r), k) for r, k in zip(reqs, ks)]
+        lasts = [min(self.spec.num_steps, k) for k in ks]
+        room = self.spec.topk * (max(lasts) - 1)  # frontier nodes drafted below the top
+        hidden, logits, cache = self._absorb_rows(reqs, cur, room)
         out_feat = [{ROOT: hidden[b]} for b in range(len(reqs))]  # a node's children's feature
         entry: List[dict] = [{} for _ in reqs]  # a node's index among the entries drafting added
-        lasts = [min(self.spec.num_steps, k) for k in ks]
         live, n_rows = list(range(len(reqs))), [1] * len(reqs)
         logprobs = torch.log_softmax(logits.float(), dim=-1)
         for depth in range(1, max(lasts) + 1):
@@ -236,8 +243,11 @@ class EagleProposer:
             if not live:
                 break
             n_rows = [len(searches[b].frontier) for b in live]
-            toks, feats, masks = [], [], []
-            for b in live:
+            lens = [0] * len(reqs)
+            masks: List[Optional[torch.Tensor]] = [None] * len(reqs)
+            toks, feats = [], []
+            for b, n_b in zip(live, n_rows):
+                lens[b] = n_b
                 search, seen = searches[b], entry[b]
                 for n in search.frontier:
                     seen[n] = len(seen)
@@ -246,14 +256,14 @@ class EagleProposer:
                 mask = torch.zeros((len(search.frontier), len(seen)), dtype=torch.bool)
                 for j, n in enumerate(search.frontier):
                     mask[j, [seen[a] for a in search.path(n)]] = True
-                masks.append(mask)
+                masks[b] = mask
             pos = [cur[b] + depth - 1 for b, n in zip(live, n_rows) for _ in range(n)]
             h, lg = self.head.step_rows(
                 torch.tensor(toks, device=self.device),
                 torch.stack(feats),
                 torch.tensor(pos, device=self.device),
-                n_rows,
-                [self._state(reqs[b]).kv for b in live],
+                lens,
+                cache,
                 tree_masks=masks,
             )
             at = 0
