@@ -26,7 +26,14 @@ from sglang.srt.speculative.draft_sampling import (
 )
 from sglang.srt.speculative.eagle_head import EAGLE, EagleHead
 from sglang.srt.speculative.eagle_kv import EagleKV
-from sglang.srt.speculative.tree_search import ROOT, TreeSearch, tree_budgets, tree_topk
+from sglang.srt.speculative.tree_search import (
+    ROOT,
+    TreeSearch,
+    grow_trees,
+    set_tree_drafts,
+    tree_budgets,
+    tree_topk,
+)
 from sglang.srt.speculative.verify import VerifyLayout
 
 
@@ -205,18 +212,7 @@ class EagleProposer:
             [num_drafts[i] for i in active],
             [prefix_lens[i] for i in active],
         )
-        trees = dict(zip(active, (s.tree() for s in searches)))
-        ids: List[int] = []
-        for i, r in enumerate(reqs):
-            ids.append(r.output_ids[-1])
-            r.spec_drafts = []
-            tree = trees.get(i)
-            if tree is not None:
-                assert tree.num_nodes == num_drafts[i], (tree.num_nodes, num_drafts[i])
-                r.spec_drafts = tree.tokens
-                r.spec_tree = None if tree.is_chain() else tree
-                ids.extend(tree.tokens)
-        return ids
+        return set_tree_drafts(reqs, dict(zip(active, (s.tree() for s in searches))), num_drafts)
 
     def _grow_trees(self, reqs: List[Req], ks: List[int], cur: List[int]) -> List[TreeSearch]:
         """Every request's tree search (tree_search.py), one head pass per depth over all live
@@ -230,34 +226,22 @@ class EagleProposer:
         hidden, logits, cache = self._absorb_rows(reqs, cur, room)
         out_feat = [{ROOT: hidden[b]} for b in range(len(reqs))]  # a node's children's feature
         entry: List[dict] = [{} for _ in reqs]  # a node's index among the entries drafting added
-        live, n_rows = list(range(len(reqs))), [1] * len(reqs)
-        logprobs = torch.log_softmax(logits.float(), dim=-1)
-        for depth in range(1, max(lasts) + 1):
-            top_v, top_i = logprobs.topk(min(self.spec.topk, self.vocab), dim=-1)
-            top_v, top_i = top_v.tolist(), top_i.tolist()
-            at = 0
-            for b, n in zip(live, n_rows):
-                searches[b].grow(top_v[at : at + n], top_i[at : at + n])
-                at += n
-            live = [b for b in live if depth < lasts[b]]
-            if not live:
-                break
-            n_rows = [len(searches[b].frontier) for b in live]
+
+        def expand(live: List[int], depth: int) -> torch.Tensor:
             lens = [0] * len(reqs)
             masks: List[Optional[torch.Tensor]] = [None] * len(reqs)
-            toks, feats = [], []
-            for b, n_b in zip(live, n_rows):
-                lens[b] = n_b
+            toks, feats, pos = [], [], []
+            for b in live:
                 search, seen = searches[b], entry[b]
+                lens[b] = len(search.frontier)
                 for n in search.frontier:
                     seen[n] = len(seen)
                     toks.append(search.tokens[n])
                     feats.append(out_feat[b][search.parents[n]])
-                mask = torch.zeros((len(search.frontier), len(seen)), dtype=torch.bool)
+                    pos.append(cur[b] + depth - 1)
+                masks[b] = torch.zeros((lens[b], len(seen)), dtype=torch.bool)
                 for j, n in enumerate(search.frontier):
-                    mask[j, [seen[a] for a in search.path(n)]] = True
-                masks[b] = mask
-            pos = [cur[b] + depth - 1 for b, n in zip(live, n_rows) for _ in range(n)]
+                    masks[b][j, [seen[a] for a in search.path(n)]] = True
             h, lg = self.head.step_rows(
                 torch.tensor(toks, device=self.device),
                 torch.stack(feats),
@@ -271,7 +255,10 @@ class EagleProposer:
                 for n in searches[b].frontier:
                     out_feat[b][n] = h[at]
                     at += 1
-            logprobs = torch.log_softmax(lg.float(), dim=-1)
+            return torch.log_softmax(lg.float(), dim=-1)
+
+        logprobs = torch.log_softmax(logits.float(), dim=-1)
+        grow_trees(searches, lasts, logprobs, min(self.spec.topk, self.vocab), expand)
         return searches
 
     def on_verified(

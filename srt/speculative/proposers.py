@@ -26,7 +26,9 @@ from sglang.srt.speculative.draft_tree import DraftTree
 from sglang.srt.speculative.ngram_proposer import NgramIndex
 from sglang.srt.speculative.tree_search import (
     TreeSearch,
+    grow_trees,
     scratch_slots_for,
+    set_tree_drafts,
     tree_budgets,
     tree_topk,
 )
@@ -199,39 +201,22 @@ class DraftModelProposer:
         table row, its KV in a scratch slot of the draft's pool. Returns the verify ids and no
         distributions: tree drafts are chosen, not sampled (point masses)."""
         active = [i for i, k in enumerate(num_drafts) if k > 0]
-        searches = {i: TreeSearch(tree_topk(self.spec, reqs[i]), num_drafts[i]) for i in active}
+        searches = [TreeSearch(tree_topk(self.spec, reqs[i]), num_drafts[i]) for i in active]
         if active:
             sub = [reqs[i] for i in active]
             grid = _ScratchGrid(
                 self.pool, self.spec, self.scratch_base, sub, [prefix_lens[i] for i in active]
             )
             logprobs = torch.log_softmax(grid.catch_up_logits(self._catch_up), dim=-1)
-            live, n_rows = list(range(len(sub))), [1] * len(sub)
-            for depth in range(1, self.spec.num_steps + 1):
-                top_v, top_i = logprobs.topk(min(self.spec.topk, self.vocab), dim=-1)
-                top_v, top_i = top_v.tolist(), top_i.tolist()
-                at = 0
-                for b, n in zip(live, n_rows):
-                    searches[active[b]].grow(top_v[at : at + n], top_i[at : at + n])
-                    at += n
-                live = [b for b in live if depth < min(self.spec.num_steps, num_drafts[active[b]])]
-                if not live:
-                    break
-                fronts = [searches[active[b]] for b in live]
-                n_rows = [len(t.frontier) for t in fronts]
-                fb = grid.frontier_batch(live, fronts, depth, self.device)
-                logprobs = torch.log_softmax(self.runner.forward(fb).next_token_logits.float(), -1)
-        ids: List[int] = []
-        for i, r in enumerate(reqs):
-            ids.append(r.output_ids[-1])
-            r.spec_drafts = []
-            if i in searches:
-                tree = searches[i].tree()
-                assert tree.num_nodes == num_drafts[i], (tree.num_nodes, num_drafts[i])
-                r.spec_drafts = tree.tokens
-                r.spec_tree = None if tree.is_chain() else tree
-                ids.extend(tree.tokens)
-        return ids, None
+
+            def expand(live: List[int], depth: int) -> torch.Tensor:
+                fb = grid.frontier_batch(live, [searches[b] for b in live], depth, self.device)
+                return torch.log_softmax(self.runner.forward(fb).next_token_logits.float(), -1)
+
+            lasts = [min(self.spec.num_steps, num_drafts[i]) for i in active]
+            grow_trees(searches, lasts, logprobs, min(self.spec.topk, self.vocab), expand)
+        trees = dict(zip(active, (s.tree() for s in searches)))
+        return set_tree_drafts(reqs, trees, num_drafts), None
 
     # ------------------------------------------------------------------ passes
     def _catch_up(self, reqs: List[Req], cur: List[int]) -> torch.Tensor:

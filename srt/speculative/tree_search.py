@@ -11,7 +11,9 @@ target is likeliest to accept are the ones it checks.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Sequence
+from typing import Callable, Dict, List, Sequence
+
+import torch
 
 from sglang.srt.configs.sections import SpecSection
 from sglang.srt.core.req import Req
@@ -104,3 +106,47 @@ class TreeSearch:
                     nxt.append(c)
             level = nxt
         return DraftTree(tokens, parents)
+
+
+def grow_trees(
+    searches: List[TreeSearch],
+    lasts: List[int],
+    logprobs: torch.Tensor,
+    topk: int,
+    expand: Callable[[List[int], int], torch.Tensor],
+) -> None:
+    """Grow searches[b] for lasts[b] steps from logprobs (the drafter's log-probabilities at each
+    search's root, one row per search); topk: the candidates read per row. expand(live, depth)
+    runs the drafter once over the frontier nodes of the searches `live` (ascending, each one's
+    frontier in order) and returns their log-probabilities, one row per node."""
+    live, n_rows = list(range(len(searches))), [1] * len(searches)
+    for depth in range(1, max(lasts, default=0) + 1):
+        top_v, top_i = logprobs.topk(topk, dim=-1)
+        top_v, top_i = top_v.tolist(), top_i.tolist()
+        at = 0
+        for b, n in zip(live, n_rows):
+            searches[b].grow(top_v[at : at + n], top_i[at : at + n])
+            at += n
+        live = [b for b in live if depth < lasts[b]]
+        if not live:
+            return
+        n_rows = [len(searches[b].frontier) for b in live]
+        logprobs = expand(live, depth)
+
+
+def set_tree_drafts(
+    reqs: List[Req], trees: Dict[int, DraftTree], num_drafts: List[int]
+) -> List[int]:
+    """Each request's drafts from its tree (trees[i] for request i; none: no drafts); returns the
+    verify ids (pending token, then the tree's tokens, per request)."""
+    ids: List[int] = []
+    for i, r in enumerate(reqs):
+        ids.append(r.output_ids[-1])
+        r.spec_drafts = []
+        tree = trees.get(i)
+        if tree is not None:
+            assert tree.num_nodes == num_drafts[i], (tree.num_nodes, num_drafts[i])
+            r.spec_drafts = tree.tokens
+            r.spec_tree = None if tree.is_chain() else tree
+            ids.extend(tree.tokens)
+    return ids
