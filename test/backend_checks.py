@@ -235,7 +235,7 @@ def _check_fp8_models(path: str, seed: int) -> None:
 def check_fused_bindings(seed: int) -> None:
     from sglang.srt.layers.fused_ops_binding import triton_rmsnorm, triton_rotary
     from sglang.srt.layers.layernorm import RMSNorm
-    from sglang.srt.layers.rotary_embedding import RotaryEmbedding
+    from sglang.srt.layers.rotary_embedding import QKNorm, RotaryEmbedding
 
     g = torch.Generator().manual_seed(seed)
     norm = RMSNorm(96, 1e-6)
@@ -264,6 +264,22 @@ def check_fused_bindings(seed: int) -> None:
             f"fused rotary binding == RotaryEmbedding (rotary_dim {rd}, scaling {bool(sc)})",
             rel(q2, q_ref) < 1e-5 and rel(k2, k_ref) < 1e-5,
         )
+    # Qwen3: the per-head q / k norms inside the rotary kernel == the norm modules, then rotary.
+    qk = QKNorm(RMSNorm(64, 1e-6), RMSNorm(64, 1e-6))
+    for m in qk:
+        m.weight.data.copy_(1 + 0.3 * torch.randn(64, generator=g))
+    rope = RotaryEmbedding(64, 512, 1000000.0)
+    pos = torch.randint(0, 512, (7,), generator=g)
+    qkv = 3 * torch.randn(7, (4 + 2 * 2) * 64, generator=g)
+    q, k = qkv[:, :256], qkv[:, 256:384]
+    q_ref, k_ref = rope(pos, q.clone(), k.clone(), qk)
+    q_mods, k_mods = qk.apply(q.clone(), k.clone(), 64)
+    q_two, k_two = rope(pos, q_mods, k_mods)  # the modules, then rotary: what the model did before
+    q2, k2 = triton_rotary(pos, q, k, rope.cos_sin_cache, 64, qk.kernel_args())
+    report(
+        "fused rotary + q/k norm binding == norm modules, then RotaryEmbedding",
+        rel(q2, q_ref) < 1e-5 and rel(k2, k_ref) < 1e-5 and torch.equal(q_ref, q_two),
+    )
 
 
 def main() -> int:

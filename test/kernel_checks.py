@@ -320,6 +320,12 @@ def _qkv_rows(
     return q, k, v, torch.randint(0, 4096, (n,), generator=gen).to(device)
 
 
+def _head_norm_weights(head_size: int, dtype, device, gen) -> tuple:
+    """Random q / k norm weights near 1 and Qwen3's eps."""
+    q_w, k_w = (1 + 0.3 * torch.randn(head_size, generator=gen) for _ in range(2))
+    return q_w.to(dtype).to(device), k_w.to(dtype).to(device), 1e-6
+
+
 def check_rotary_store(
     n: int,
     n_q: int,
@@ -330,20 +336,23 @@ def check_rotary_store(
     kv_dtype: Optional[torch.dtype] = None,
     k_scale: float = 1.0,
     v_scale: float = 1.0,
+    qk_norm: bool = False,
     device: str = "cpu",
     seed: int = 0,
 ) -> float:
     """Fused rotary + KV store == rotary, then store_kv of the rotated k (q, k in place; pool rows at
-    loc; every other pool row untouched). q / k / v are strided slices of one qkv row."""
+    loc; every other pool row untouched). q / k / v are strided slices of one qkv row. qk_norm:
+    each head RMS-normalised first (Qwen3), against the torch twin."""
     gen = torch.Generator().manual_seed(seed)
     kv_dtype = kv_dtype or dtype
     cache = build_cos_sin_cache(4096, head_size, device=device)
     q, k, v, pos = _qkv_rows(n, n_q, n_k, head_size, dtype, device, gen)
+    norm = _head_norm_weights(head_size, dtype, device, gen) if qk_norm else None
     slots = 3 * n + 5
     loc = torch.randperm(slots, generator=gen)[:n].to(device)
     kb = torch.randn((slots, n_k, head_size), generator=gen).to(kv_dtype).to(device)
     vb = torch.randn((slots, n_k, head_size), generator=gen).to(kv_dtype).to(device)
-    q_ref, k_ref = apply_rotary_emb_ref(pos, q, k, head_size, cache)
+    q_ref, k_ref = apply_rotary_emb_ref(pos, q, k, head_size, cache, norm)
     kb_ref, vb_ref = kb.clone(), vb.clone()
     store_kv_ref(
         kb_ref,
@@ -354,7 +363,9 @@ def check_rotary_store(
         k_scale,
         v_scale,
     )
-    apply_rotary_emb_and_store_(pos, q, k, v, head_size, cache, kb, vb, loc, k_scale, v_scale)
+    apply_rotary_emb_and_store_(
+        pos, q, k, v, head_size, cache, kb, vb, loc, k_scale, v_scale, qk_norm=norm
+    )
     return max(
         rel_err(q, q_ref),
         rel_err(k, k_ref),
@@ -491,6 +502,7 @@ def check_rotary(
     head_size: int,
     *,
     rotary_dim: Optional[int] = None,
+    qk_norm: bool = False,
     dtype: torch.dtype = torch.float32,
     device: str = "cpu",
     seed: int = 0,
@@ -499,9 +511,10 @@ def check_rotary(
     rotary_dim = rotary_dim or head_size
     cache = build_cos_sin_cache(4096, rotary_dim, device=device)
     q, k, v, pos = _qkv_rows(n, n_q, n_k, head_size, dtype, device, gen)
+    norm = _head_norm_weights(head_size, dtype, device, gen) if qk_norm else None
     v_before = v.clone()
-    q_ref, k_ref = apply_rotary_emb_ref(pos, q, k, head_size, cache)
-    apply_rotary_emb_(pos, q, k, head_size, cache)
+    q_ref, k_ref = apply_rotary_emb_ref(pos, q, k, head_size, cache, norm)
+    apply_rotary_emb_(pos, q, k, head_size, cache, norm)
     untouched = torch.equal(v, v_before)
     return max(rel_err(q, q_ref), rel_err(k, k_ref)) if untouched else math.inf
 
@@ -794,12 +807,22 @@ def fused_cases(full: bool) -> List[tuple]:
         ("silu_and_mul I=1500 (2 blocks)", lambda s: check_silu_and_mul(2, 1500, seed=s)),
         ("rotary H9/3 D64 strided", lambda s: check_rotary(5, 9, 3, 64, seed=s)),
         ("rotary H4/1 D80 partial 32", lambda s: check_rotary(3, 4, 1, 80, rotary_dim=32, seed=s)),
+        ("rotary H6/2 D64 qk-norm", lambda s: check_rotary(4, 6, 2, 64, qk_norm=True, seed=s)),
+        (
+            "rotary bf16 H8/2 D128 qk-norm",
+            lambda s: check_rotary(3, 8, 2, 128, qk_norm=True, dtype=torch.bfloat16, seed=s),
+            1e-2,
+        ),
         ("store_kv strided H3 D64", lambda s: check_store_kv(7, 3, 64, seed=s)),
         ("store_kv contiguous H2 D80", lambda s: check_store_kv(5, 2, 80, strided=False, seed=s)),
         ("rotary+store H8/2 D128", lambda s: check_rotary_store(5, 8, 2, 128, seed=s)),
         (
             "rotary+store H9/3 D64 scaled",
             lambda s: check_rotary_store(4, 9, 3, 64, k_scale=0.5, v_scale=2.0, seed=s),
+        ),
+        (
+            "rotary+store H8/2 D128 qk-norm",
+            lambda s: check_rotary_store(5, 8, 2, 128, qk_norm=True, seed=s),
         ),
         (
             "rotary+store bf16 H4/1 D80",

@@ -252,32 +252,41 @@ def main(argv: Optional[list] = None) -> int:
             4,
             1,
         )
-        ok &= compile_kernel(
-            f"rotary {dt} 32/8 D128",
-            rotary._rotary_kernel,
-            {**p("Q", "K"), "Pos": "*i64", "Cache": "*fp32"},
-            dict(HEAD_SIZE=128, HALF=64, BLOCK_HQ=32, BLOCK_HK=8, BLOCK_HALF=64),
-            8,
-            1,
-        )
-        ok &= compile_kernel(
-            f"rotary+store {dt} 32/8 D128",
-            rotary._rotary_store_kernel,
-            {**p("Q", "K", "V", "KBuf", "VBuf"), "Pos": "*i64", "Cache": "*fp32", "Loc": "*i64"},
-            dict(
-                HEAD_SIZE=128,
-                HALF=64,
-                DV=128,
-                BLOCK_HQ=32,
-                BLOCK_HK=8,
-                BLOCK_HALF=64,
-                BLOCK_DV=128,
-                SCALED=False,
-            ),
-            8,
-            1,
-            STORE_FLOATS,
-        )
+        for norm in (False, True):  # Qwen3's q / k norms inside the rotary kernels
+            tag = " qk-norm" if norm else ""
+            ok &= compile_kernel(
+                f"rotary {dt} 32/8 D128{tag}",
+                rotary._rotary_kernel,
+                {**p("Q", "K", "QW", "KW"), "Pos": "*i64", "Cache": "*fp32"},
+                dict(HEAD_SIZE=128, HALF=64, BLOCK_HQ=32, BLOCK_HK=8, BLOCK_HALF=64, NORM=norm),
+                8,
+                1,
+                ("eps",),
+            )
+            ok &= compile_kernel(
+                f"rotary+store {dt} 32/8 D128{tag}",
+                rotary._rotary_store_kernel,
+                {
+                    **p("Q", "K", "V", "KBuf", "VBuf", "QW", "KW"),
+                    "Pos": "*i64",
+                    "Cache": "*fp32",
+                    "Loc": "*i64",
+                },
+                dict(
+                    HEAD_SIZE=128,
+                    HALF=64,
+                    DV=128,
+                    BLOCK_HQ=32,
+                    BLOCK_HK=8,
+                    BLOCK_HALF=64,
+                    BLOCK_DV=128,
+                    SCALED=False,
+                    NORM=norm,
+                ),
+                8,
+                1,
+                ("eps",) + STORE_FLOATS,
+            )
         ok &= compile_kernel(
             f"store_kv {dt} 8x128",
             kv_store._store_kv_kernel,

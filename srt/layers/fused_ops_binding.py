@@ -41,9 +41,11 @@ def triton_rotary(
     k: torch.Tensor,
     cos_sin_cache: torch.Tensor,
     head_dim: int,
+    qk_norm=None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Rotate q [N, H*D] and k [N, Hkv*D] in place (views into the qkv projection are fine)."""
-    return apply_rotary_emb_(positions, q, k, head_dim, cos_sin_cache)
+    """Rotate q [N, H*D] and k [N, Hkv*D] in place (views into the qkv projection are fine),
+    each head RMS-normalised first with qk_norm (rotary_embedding.QKNorm)."""
+    return apply_rotary_emb_(positions, q, k, head_dim, cos_sin_cache, qk_norm)
 
 
 def _sgl_kernel_ops() -> Optional[dict]:

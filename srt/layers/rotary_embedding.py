@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 import torch
 from torch import nn
@@ -14,6 +14,25 @@ _fused_store = None  # Triton rotary + KV store in one kernel (full-width rotary
 # (rotary_dim, positions, base, scaling, device) -> (cos, sin, cos_sin) tables shared by all layers.
 # Small key space; entries live as long as the process (a few per model config).
 _TABLES: Dict[tuple, Tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+
+
+class QKNorm(NamedTuple):
+    """Qwen3's per-head RMSNorms of q and k (layernorm.RMSNorm over head_dim each)."""
+
+    q_norm: nn.Module
+    k_norm: nn.Module
+
+    def kernel_args(self) -> Tuple[torch.Tensor, torch.Tensor, float]:
+        """(q weight, k weight, eps): what the rotary kernels take as qk_norm."""
+        return self.q_norm.weight, self.k_norm.weight, self.q_norm.eps
+
+    def apply(
+        self, q: torch.Tensor, k: torch.Tensor, head_dim: int
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The unfused path: the norm modules over each head."""
+        n = q.shape[0]
+        q = self.q_norm(q.reshape(-1, head_dim)).view(n, -1)
+        return q, self.k_norm(k.reshape(-1, head_dim)).view(n, -1)
 
 
 def set_fused_rotary(impl, store_impl=None) -> None:
@@ -109,20 +128,38 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos_sin_cache", tables[2], persistent=False)
 
     def forward(
-        self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
+        self,
+        positions: torch.Tensor,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        qk_norm: Optional[QKNorm] = None,
     ) -> Tuple[torch.Tensor, torch.Tensor]:
-        """q: [N, H*D], k: [N, Hkv*D]; returns rotated (q, k) of the same shapes."""
+        """q: [N, H*D], k: [N, Hkv*D]; returns rotated (q, k) of the same shapes. qk_norm: each
+        head RMS-normalised first (Qwen3), in the rotary kernel where it is full width."""
+        if qk_norm is not None and (
+            self.rotary_dim != self.head_dim or _fused is None or not q.is_cuda
+        ):
+            q, k = qk_norm.apply(q, k, self.head_dim)
+            qk_norm = None
         if _fused is not None and q.is_cuda:
-            return _fused(positions, q, k, self.cos_sin_cache, self.head_dim)
+            args = None if qk_norm is None else qk_norm.kernel_args()
+            return _fused(positions, q, k, self.cos_sin_cache, self.head_dim, args)
         cos = self.cos_cache[positions].unsqueeze(1)
         sin = self.sin_cache[positions].unsqueeze(1)
         return self._rotate(q, cos, sin), self._rotate(k, cos, sin)
 
     def forward_and_store(
-        self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, target
+        self,
+        positions: torch.Tensor,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        target,
+        qk_norm: Optional[QKNorm] = None,
     ) -> bool:
-        """Rotate q and k in place and write k, v to the pool target in one kernel; False (nothing
-        done) where that kernel does not apply: no CUDA hook bound, or a partial rotary."""
+        """Normalise (qk_norm) and rotate q and k in place and write k, v to the pool target in one
+        kernel; False (nothing done) where that kernel does not apply: no CUDA hook bound, or a
+        partial rotary."""
         if _fused_store is None or not q.is_cuda or self.rotary_dim != self.head_dim:
             return False
         _fused_store(
@@ -137,6 +174,7 @@ class RotaryEmbedding(nn.Module):
             target.loc,
             target.k_scale,
             target.v_scale,
+            qk_norm=None if qk_norm is None else qk_norm.kernel_args(),
         )
         return True
 

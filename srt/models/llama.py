@@ -22,7 +22,7 @@ from sglang.srt.layers.linear import (
 )
 from sglang.srt.layers.logits_processor import LogitsProcessor, LogitsProcessorOutput
 from sglang.srt.layers.radix_attention import RadixAttention
-from sglang.srt.layers.rotary_embedding import RotaryEmbedding
+from sglang.srt.layers.rotary_embedding import QKNorm, RotaryEmbedding
 from sglang.srt.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
 
 
@@ -72,17 +72,17 @@ class LlamaAttention(nn.Module):
     ) -> torch.Tensor:
         qkv = self.qkv_proj(hidden)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        if self.qk_norm:
-            n = q.shape[0]
-            q = self.q_norm(q.reshape(-1, self.head_dim)).view(n, -1)
-            k = self.k_norm(k.reshape(-1, self.head_dim)).view(n, -1)
+        # Qwen3's per-head q / k norms run inside the rotary kernel where it can take them.
+        norm = QKNorm(self.q_norm, self.k_norm) if self.qk_norm else None
         # Copies into this pass's slots (HiCache) land before the fused store writes beside them.
         self.attn.wait_for_kv(forward_batch)
         target = forward_batch.attn_backend.kv_store_target(self.attn, forward_batch)
-        if target is not None and self.rotary_emb.forward_and_store(positions, q, k, v, target):
+        if target is not None and self.rotary_emb.forward_and_store(
+            positions, q, k, v, target, norm
+        ):
             o = self.attn(q, k, v, forward_batch, save_kv_cache=False)  # K/V already in the pool
         else:
-            q, k = self.rotary_emb(positions, q, k)
+            q, k = self.rotary_emb(positions, q, k, norm)
             o = self.attn(q, k, v, forward_batch)
         return self.o_proj(o)
 

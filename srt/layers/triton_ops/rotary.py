@@ -6,11 +6,14 @@ cos_sin_cache [max_pos, R] holds cos(pos * f_i) in columns [0, R/2) and sin(pos 
     x1' = x1 * cos - x2 * sin
     x2' = x2 * cos + x1 * sin
 One program per token rotates all its q and k heads, so cos/sin are loaded once per token.
+With qk_norm weights (Qwen3), each head is first RMS-normalised over its head_size in fp32 and
+rounded to the activation dtype, as a separate RMSNorm kernel would have written it (full-width
+rotary only): the two norm launches per layer fold into the rotary one.
 """
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 import triton
@@ -28,10 +31,13 @@ def _rotate_heads(
     cos,
     sin,
     n_heads,
+    W,
+    eps,
     HEAD_SIZE: tl.constexpr,
     HALF: tl.constexpr,
     BLOCK_H: tl.constexpr,
     BLOCK_HALF: tl.constexpr,
+    NORM: tl.constexpr,
 ):
     offs_h = tl.arange(0, BLOCK_H)
     offs_r = tl.arange(0, BLOCK_HALF)
@@ -42,6 +48,14 @@ def _rotate_heads(
     x2 = tl.load(p2, mask=mask, other=0.0)
     x1f = x1.to(tl.float32)
     x2f = x2.to(tl.float32)
+    if NORM:  # the halves are the whole head (full-width rotary)
+        ss = tl.sum(x1f * x1f, axis=1) + tl.sum(x2f * x2f, axis=1)
+        rstd = tl.rsqrt(ss / HEAD_SIZE + eps)[:, None]
+        mask_r = offs_r < HALF
+        w1 = tl.load(W + offs_r, mask=mask_r, other=0.0).to(tl.float32)[None, :]
+        w2 = tl.load(W + HALF + offs_r, mask=mask_r, other=0.0).to(tl.float32)[None, :]
+        x1f = (x1f * rstd * w1).to(x1.dtype).to(tl.float32)
+        x2f = (x2f * rstd * w2).to(x2.dtype).to(tl.float32)
     r1 = (x1f * cos[None, :] - x2f * sin[None, :]).to(x1.dtype)
     r2 = (x2f * cos[None, :] + x1f * sin[None, :]).to(x2.dtype)
     tl.store(p1, r1, mask=mask)
@@ -55,6 +69,9 @@ def _rotary_kernel(
     Q,
     K,
     Cache,
+    QW,
+    KW,
+    eps,
     stride_q,
     stride_k,
     stride_c,
@@ -65,6 +82,7 @@ def _rotary_kernel(
     BLOCK_HQ: tl.constexpr,
     BLOCK_HK: tl.constexpr,
     BLOCK_HALF: tl.constexpr,
+    NORM: tl.constexpr,
     PDL: tl.constexpr,
 ):
     tok = tl.program_id(0).to(tl.int64)
@@ -74,8 +92,12 @@ def _rotary_kernel(
     mask_r = offs_r < HALF
     cos = tl.load(Cache + pos * stride_c + offs_r, mask=mask_r, other=0.0).to(tl.float32)
     sin = tl.load(Cache + pos * stride_c + HALF + offs_r, mask=mask_r, other=0.0).to(tl.float32)
-    _rotate_heads(Q, stride_q, tok, cos, sin, n_q_heads, HEAD_SIZE, HALF, BLOCK_HQ, BLOCK_HALF)
-    _rotate_heads(K, stride_k, tok, cos, sin, n_k_heads, HEAD_SIZE, HALF, BLOCK_HK, BLOCK_HALF)
+    _rotate_heads(
+        Q, stride_q, tok, cos, sin, n_q_heads, QW, eps, HEAD_SIZE, HALF, BLOCK_HQ, BLOCK_HALF, NORM
+    )
+    _rotate_heads(
+        K, stride_k, tok, cos, sin, n_k_heads, KW, eps, HEAD_SIZE, HALF, BLOCK_HK, BLOCK_HALF, NORM
+    )
 
 
 def apply_rotary_emb_(
@@ -84,14 +106,17 @@ def apply_rotary_emb_(
     k: torch.Tensor,
     head_size: int,
     cos_sin_cache: torch.Tensor,
+    qk_norm: Optional[Tuple[torch.Tensor, torch.Tensor, float]] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Rotate q [N, Hq*head_size] and k [N, Hk*head_size] in place (rows may be strided views, e.g.
-    slices of a fused qkv output; each row's heads must be contiguous). Returns (q, k)."""
+    slices of a fused qkv output; each row's heads must be contiguous). qk_norm (q weight, k weight
+    [head_size], eps): RMS-normalise each head first (full-width rotary only). Returns (q, k)."""
     n = positions.shape[0]
     assert q.shape[0] == n and k.shape[0] == n and q.stride(-1) == 1 and k.stride(-1) == 1
     assert q.shape[-1] % head_size == 0 and k.shape[-1] % head_size == 0
     rot = cos_sin_cache.shape[-1]
     assert rot % 2 == 0 and rot <= head_size and cos_sin_cache.stride(-1) == 1
+    assert qk_norm is None or rot == head_size, "the fused q / k norm needs a full-width rotary"
     if n == 0:
         return q, k
     n_q, n_k = q.shape[-1] // head_size, k.shape[-1] // head_size
@@ -99,11 +124,15 @@ def apply_rotary_emb_(
     block_half = triton.next_power_of_2(half)
     block_hq = triton.next_power_of_2(n_q)
     num_warps = 1 if not q.is_cuda else min(8, max(1, block_hq * block_half // 256))
+    qw, kw, eps = qk_norm if qk_norm is not None else (q, k, 0.0)
     _rotary_kernel[(n,)](
         positions,
         q,
         k,
         cos_sin_cache,
+        qw,
+        kw,
+        eps,
         q.stride(0),
         k.stride(0),
         cos_sin_cache.stride(0),
@@ -114,6 +143,7 @@ def apply_rotary_emb_(
         BLOCK_HQ=block_hq,
         BLOCK_HK=triton.next_power_of_2(n_k),
         BLOCK_HALF=block_half,
+        NORM=qk_norm is not None,
         num_warps=num_warps,
         **pdl_args(q),
     )
@@ -130,6 +160,9 @@ def _rotary_store_kernel(
     KBuf,
     VBuf,
     Loc,
+    QW,
+    KW,
+    eps,
     stride_q,
     stride_k,
     stride_v,
@@ -150,6 +183,7 @@ def _rotary_store_kernel(
     BLOCK_HALF: tl.constexpr,
     BLOCK_DV: tl.constexpr,
     SCALED: tl.constexpr,
+    NORM: tl.constexpr,
     PDL: tl.constexpr,
 ):
     """Full-width rotary of one token's q (in place) and k (in place and into the pool slot), and its
@@ -162,9 +196,11 @@ def _rotary_store_kernel(
     mask_r = offs_r < HALF
     cos = tl.load(Cache + pos * stride_c + offs_r, mask=mask_r, other=0.0).to(tl.float32)
     sin = tl.load(Cache + pos * stride_c + HALF + offs_r, mask=mask_r, other=0.0).to(tl.float32)
-    _rotate_heads(Q, stride_q, tok, cos, sin, n_q_heads, HEAD_SIZE, HALF, BLOCK_HQ, BLOCK_HALF)
+    _rotate_heads(
+        Q, stride_q, tok, cos, sin, n_q_heads, QW, eps, HEAD_SIZE, HALF, BLOCK_HQ, BLOCK_HALF, NORM
+    )
     r1, r2 = _rotate_heads(
-        K, stride_k, tok, cos, sin, n_k_heads, HEAD_SIZE, HALF, BLOCK_HK, BLOCK_HALF
+        K, stride_k, tok, cos, sin, n_k_heads, KW, eps, HEAD_SIZE, HALF, BLOCK_HK, BLOCK_HALF, NORM
     )
     # The pool gets the rounded rotated k from registers (a re-read of K here could race with other
     # threads' in-place stores), exactly what a separate store of k would have written.
@@ -202,8 +238,9 @@ def apply_rotary_emb_and_store_(
     loc: torch.Tensor,
     k_scale: float = 1.0,
     v_scale: float = 1.0,
+    qk_norm: Optional[Tuple[torch.Tensor, torch.Tensor, float]] = None,
 ) -> None:
-    """apply_rotary_emb_ on q and k (in place), then k_buffer[loc] = k / k_scale and
+    """apply_rotary_emb_ on q and k (in place; qk_norm as there), then k_buffer[loc] = k / k_scale and
     v_buffer[loc] = v / v_scale, in one kernel. Full-width rotary only (rotary dim == head_size).
     q [N, Hq*D], k [N, Hk*D], v [N, Hk*Dv] (strided rows allowed); buffers [slots, Hk, D / Dv]."""
     n = positions.shape[0]
@@ -230,6 +267,7 @@ def apply_rotary_emb_and_store_(
         or k_buffer.element_size() == 1
         or v_buffer.element_size() == 1
     )
+    qw, kw, eps = qk_norm if qk_norm is not None else (q, k, 0.0)
     _rotary_store_kernel[(n,)](
         positions,
         q,
@@ -239,6 +277,9 @@ def apply_rotary_emb_and_store_(
         k_buffer,
         v_buffer,
         loc,
+        qw,
+        kw,
+        eps,
         q.stride(0),
         k.stride(0),
         v.stride(0),
@@ -259,6 +300,7 @@ def apply_rotary_emb_and_store_(
         BLOCK_HALF=block_half,
         BLOCK_DV=triton.next_power_of_2(dv),
         SCALED=scaled,
+        NORM=qk_norm is not None,
         num_warps=1 if not q.is_cuda else min(8, max(1, block_hq * block_half // 256)),
         **pdl_args(q),
     )
@@ -297,9 +339,21 @@ def apply_rotary_emb_ref(
     k: torch.Tensor,
     head_size: int,
     cos_sin_cache: torch.Tensor,
+    qk_norm: Optional[Tuple[torch.Tensor, torch.Tensor, float]] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Out-of-place torch twin of apply_rotary_emb_."""
     cs = cos_sin_cache[positions.long()].float()
     half = cs.shape[-1] // 2
     cos, sin = cs[:, :half], cs[:, half:]
+    if qk_norm is not None:
+        qw, kw, eps = qk_norm
+        q, k = head_rms_norm(q, qw, eps, head_size), head_rms_norm(k, kw, eps, head_size)
     return _rotate_ref(q, cos, sin, head_size), _rotate_ref(k, cos, sin, head_size)
+
+
+def head_rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float, head_size: int) -> torch.Tensor:
+    """RMSNorm of each head of x [N, H*head_size] over its head_size, fp32 math, rounded once."""
+    n = x.shape[0]
+    xf = x.reshape(n, -1, head_size).float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()
+    return y.to(x.dtype).reshape(n, -1)
