@@ -21,6 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch
 from bench_speculative import write_head_config
+from inproc_scheduler import dummy_scheduler, submit_greedy
 from model_configs import write_model_config
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -36,16 +37,8 @@ class _OpCount(TorchDispatchMode):
 
 
 def measure(model_path: str, bs: int, args) -> dict:
-    from sglang.srt.core.io_struct.to_scheduler import TokenizedGenerateReqInput
-    from sglang.srt.core.sampling_params import SamplingParams
-    from sglang.srt.managers.scheduler.scheduler import Scheduler
-    from sglang.srt.server_args import ServerArgs
-
-    sa = ServerArgs(
-        model_path=model_path,
-        load_format="dummy",
-        skip_tokenizer_init=True,
-        grammar_backend="none",
+    sched = dummy_scheduler(
+        model_path,
         disable_overlap_schedule=True,
         disable_cuda_graph=True,
         max_total_tokens=max(bs * (args.input_len + args.output_len + 16), 4096),
@@ -55,9 +48,7 @@ def measure(model_path: str, bs: int, args) -> dict:
         speculative_eagle_topk=args.topk,
         speculative_num_steps=args.num_steps,
         speculative_num_draft_tokens=args.num_draft_tokens,
-        random_seed=1,
     )
-    sched = Scheduler(sa, None)
     proposer = sched.spec.proposer
     real_draft, layer = proposer.draft, proposer.head._layer
     stats = dict(rounds=0, seconds=0.0, ops=0, passes=0)
@@ -84,12 +75,8 @@ def measure(model_path: str, bs: int, args) -> dict:
     proposer.draft, proposer.head._layer = timed_draft, counted_layer
     vocab = sched.model_config.vocab_size
     for i in range(bs):
-        sp = SamplingParams(max_new_tokens=args.output_len, temperature=0.0, ignore_eos=True)
-        sp.normalize(None)
         ids = [(7 * i + 13 * j) % (vocab - 2) + 1 for j in range(args.input_len)]
-        sched.intake.handle_generate_request(
-            TokenizedGenerateReqInput(rid=f"e{bs}-{i}", input_ids=ids, sampling_params=sp)
-        )
+        submit_greedy(sched, f"e{bs}-{i}", ids, args.output_len)
     while sched.state.rid_to_req:
         sched.step()
     n = max(stats["rounds"], 1)

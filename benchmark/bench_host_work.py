@@ -21,6 +21,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from inproc_scheduler import dummy_scheduler, submit_greedy
 from model_configs import MODEL_CONFIGS, write_model_config
 
 DEVICE_PHASES = ("c.forward", "c.sample", "c.host", "wait")
@@ -29,31 +30,17 @@ HOST_PHASES = ("build", "l.fb", "l.info", "process")
 
 def profile(model_path: str, bs: int, steps: int, args) -> dict:
     os.environ["SGLANG_LOOP_PROFILE"] = "1"
-    from sglang.srt.core.io_struct.to_scheduler import TokenizedGenerateReqInput
-    from sglang.srt.core.sampling_params import SamplingParams
-    from sglang.srt.managers.scheduler.scheduler import Scheduler
-    from sglang.srt.server_args import ServerArgs
-
-    sa = ServerArgs(
-        model_path=model_path,
-        load_format="dummy",
-        skip_tokenizer_init=True,
-        grammar_backend="none",
+    sched = dummy_scheduler(
+        model_path,
         disable_overlap_schedule=True,
         max_total_tokens=max(bs * (args.input_len + steps + 8), 4096),
         max_running_requests=bs,
-        random_seed=1,
     )
-    sched = Scheduler(sa, None)
     vocab = sched.model_config.vocab_size
     rng = random.Random(bs)
     for i in range(bs):
-        sp = SamplingParams(max_new_tokens=steps, temperature=0.0, ignore_eos=True)
-        sp.normalize(None)
         ids = [rng.randrange(1, vocab - 1) for _ in range(args.input_len)]
-        sched.intake.handle_generate_request(
-            TokenizedGenerateReqInput(rid=f"h{bs}-{i}", input_ids=ids, sampling_params=sp)
-        )
+        submit_greedy(sched, f"h{bs}-{i}", ids, steps)
     # Prefill everything first, then profile decode steps only.
     while not sched.state.waiting_queue == [] or sched.state.chunked_req is not None:
         sched.step()

@@ -43,6 +43,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from inproc_scheduler import dummy_scheduler, submit_greedy
 from model_configs import MODEL_CONFIGS, write_model_config
 
 from sglang.srt.speculative.draft_tree import DraftTree
@@ -180,18 +181,10 @@ def force_oracle_verdicts(sched) -> None:
 
 
 def make_scheduler(args, model_path: str, spec: bool):
-    from sglang.srt.managers.scheduler.scheduler import Scheduler
-    from sglang.srt.server_args import ServerArgs
-
     kw = dict(
-        model_path=model_path,
-        load_format="dummy",
-        skip_tokenizer_init=True,
-        grammar_backend="none",
         max_total_tokens=args.max_total_tokens,
         max_running_requests=max(args.batch_size),
         cuda_graph_max_bs=max(args.batch_size) * args.num_draft_tokens,
-        random_seed=1,
     )
     if spec and args.eagle:
         kw.update(
@@ -215,7 +208,7 @@ def make_scheduler(args, model_path: str, spec: bool):
             speculative_num_draft_tokens=args.num_draft_tokens,
             speculative_ngram_max_bfs_breadth=args.tree_breadth,
         )
-    return Scheduler(ServerArgs(**kw), None)
+    return dummy_scheduler(model_path, **kw)
 
 
 def write_head_config(model_path: str, variant: str) -> str:
@@ -234,18 +227,10 @@ def write_head_config(model_path: str, variant: str) -> str:
 
 def run(sched, prompts: List[List[int]], max_new: int, tag: str, ignore_eos: bool = True) -> dict:
     """All prompts at once; times every pass, splits prefill passes from decode / verify steps."""
-    from sglang.srt.core.io_struct.to_scheduler import TokenizedGenerateReqInput
-    from sglang.srt.core.sampling_params import SamplingParams
-
-    reqs = []
-    for i, ids in enumerate(prompts):
-        sp = SamplingParams(max_new_tokens=max_new, temperature=0.0, ignore_eos=ignore_eos)
-        sp.normalize(None)
-        rid = f"p{i}@{tag}"
-        sched.intake.handle_generate_request(
-            TokenizedGenerateReqInput(rid=rid, input_ids=ids, sampling_params=sp)
-        )
-        reqs.append(sched.state.rid_to_req[rid])
+    reqs = [
+        submit_greedy(sched, f"p{i}@{tag}", ids, max_new, ignore_eos)
+        for i, ids in enumerate(prompts)
+    ]
     decode_s, steps, prefill_s = 0.0, 0, 0.0
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     while not sched._is_fully_idle():

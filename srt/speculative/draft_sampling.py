@@ -76,6 +76,23 @@ def choose_drafts(
     return toks, probs
 
 
+def chain_verify_inputs(
+    reqs: List[Req], drafts: List[List[int]], qs: List[List[torch.Tensor]], vocab: int, device
+) -> Tuple[List[int], Optional[torch.Tensor]]:
+    """The verify ids of chains (each request's pending token, then its drafts) and the draft
+    distribution on each verify row that judges a draft ([rows, vocab]; zeros on each request's
+    last row, which judges none; None if every chain was greedy)."""
+    ids: List[int] = []
+    for r, toks in zip(reqs, drafts):
+        ids.append(r.output_ids[-1])
+        ids.extend(toks)
+    if not any(qs):
+        return ids, None
+    zero = torch.zeros((1, vocab), device=device)
+    rows = [torch.cat([torch.stack(q) if q else zero[:0], zero]) for q in qs]
+    return ids, torch.cat(rows, dim=0)
+
+
 def draft_chains(
     base: SamplingBatchInfo,
     logits: torch.Tensor,

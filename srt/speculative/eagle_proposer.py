@@ -21,6 +21,7 @@ import torch
 from sglang.srt.configs.sections import SpecSection
 from sglang.srt.core.req import Req
 from sglang.srt.speculative.draft_sampling import (
+    chain_verify_inputs,
     draft_chains,
     draft_info,
 )
@@ -122,15 +123,7 @@ class EagleProposer:
         if self.spec.topk > 1:
             return self._draft_trees(reqs, num_drafts, prefix_lens), None
         drafts, qs = self._draft_chains(reqs, num_drafts, prefix_lens)
-        ids: List[int] = []
-        for r, toks in zip(reqs, drafts):
-            ids.append(r.output_ids[-1])
-            ids.extend(toks)
-        if not any(qs):
-            return ids, None
-        zero = torch.zeros((1, self.vocab), device=self.device)
-        rows = [torch.cat([torch.stack(q) if q else zero[:0], zero]) for q in qs]
-        return ids, torch.cat(rows, dim=0)
+        return chain_verify_inputs(reqs, drafts, qs, self.vocab, self.device)
 
     def _draft_chains(self, reqs: List[Req], num_drafts: List[int], prefix_lens: List[int]):
         """Every request's chain, one head pass per depth for the whole batch: the first pass

@@ -19,6 +19,7 @@ from sglang.srt.core.forward_batch_info import build_decode_batch, build_extend_
 from sglang.srt.core.req import Req
 from sglang.srt.distributed.parallel_state import tp_all_gather
 from sglang.srt.speculative.draft_sampling import (
+    chain_verify_inputs,
     draft_chains,
     draft_info,
 )
@@ -146,7 +147,6 @@ class DraftModelProposer:
             return self._draft_trees(reqs, num_drafts, prefix_lens)
         active = [i for i, k in enumerate(num_drafts) if k > 0]
         drafts: List[List[int]] = [[] for _ in reqs]
-        rows_q: List[Optional[torch.Tensor]] = [None] * len(reqs)
         q_parts: List[List[torch.Tensor]] = [[] for _ in reqs]
         if active:
             sub = [reqs[i] for i in active]
@@ -164,18 +164,7 @@ class DraftModelProposer:
             )
             for i, d, q in zip(active, chains, qs):
                 drafts[i], q_parts[i] = d, q
-        ids: List[int] = []
-        any_q = any(q_parts[i] for i in range(len(reqs)))
-        for i, r in enumerate(reqs):
-            ids.append(r.output_ids[-1])
-            ids.extend(drafts[i])
-            if any_q:
-                zero = torch.zeros((1, self.vocab), device=self.device)
-                rows_q[i] = torch.cat(
-                    [torch.stack(q_parts[i]) if q_parts[i] else zero[:0], zero], dim=0
-                )
-        probs = torch.cat(rows_q, dim=0) if any_q else None
-        return ids, probs
+        return chain_verify_inputs(reqs, drafts, q_parts, self.vocab, self.device)
 
     def on_verified(
         self,
