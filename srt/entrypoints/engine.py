@@ -11,6 +11,7 @@ import threading
 from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Union
 
 from sglang.srt.core.generate_input import GenerateReqInput
+from sglang.srt.core.io_struct.to_scheduler import pause_mode_of
 from sglang.srt.entrypoints.launcher import launch_subprocesses, resolve_model_paths
 from sglang.srt.managers.tokenizer.tokenizer_manager import TokenizerManager
 from sglang.srt.server_args import ServerArgs
@@ -132,6 +133,13 @@ class Engine:
 
     def abort_request(self, rid: str = "", abort_all: bool = False) -> None:
         self._call(self.tokenizer_manager.abort_request(rid, abort_all))
+
+    def pause_generation(self, mode: str = "abort") -> None:
+        """No pass runs until continue_generation; see PauseGenerationReqInput for the modes."""
+        self._call(self.tokenizer_manager.pause_generation(pause_mode_of({"mode": mode})))
+
+    def continue_generation(self) -> None:
+        self._call(self.tokenizer_manager.continue_generation())
 
     def get_model_info(self) -> Dict[str, Any]:
         return {

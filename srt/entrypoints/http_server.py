@@ -20,6 +20,7 @@ from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sglang.srt.core.generate_input import GenerateReqInput
+from sglang.srt.core.io_struct.to_scheduler import pause_mode_of
 from sglang.srt.entrypoints.api_key import ApiKeyMiddleware
 from sglang.srt.entrypoints.body_limits import BodyLimitMiddleware
 from sglang.srt.entrypoints.errors import (
@@ -33,6 +34,7 @@ from sglang.srt.entrypoints.openapi_docs import (
     AbortBody,
     DetokenizeBody,
     GenerateBody,
+    PauseGenerationBody,
     TokenizeBody,
     install_openapi,
     route_doc,
@@ -97,6 +99,7 @@ def create_app(state: ServerState) -> FastAPI:
         [
             GenerateBody,
             AbortBody,
+            PauseGenerationBody,
             TokenizeBody,
             DetokenizeBody,
             CompletionRequest,
@@ -200,6 +203,21 @@ def _add_native_routes(app: FastAPI, state: ServerState) -> None:
             return bad_request(str(e))
         await tm().abort_request(rid or "", abort_all)
         return Response(status_code=200)
+
+    @app.post("/pause_generation", openapi_extra=route_doc(PauseGenerationBody))
+    async def pause_generation(request: Request):
+        try:
+            body = await read_json(request) if await request.body() else {}
+            mode = pause_mode_of(body)
+        except ValueError as e:
+            return bad_request(str(e))
+        await tm().pause_generation(mode)
+        return {"message": "Generation paused successfully.", "status": "ok"}
+
+    @app.post("/continue_generation")
+    async def continue_generation():
+        await tm().continue_generation()
+        return {"message": "Generation continued successfully.", "status": "ok"}
 
     async def tokenize(request: Request):
         try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from typing import Any, Dict, List, Optional, Type, Union
+from typing import Any, Dict, List, Literal, Optional, Type, Union
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
@@ -56,6 +56,11 @@ class AbortBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     rid: Optional[str] = None
     abort_all: bool = False
+
+
+class PauseGenerationBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    mode: Literal["abort", "retract", "in_place"] = "abort"
 
 
 class TokenizeBody(BaseModel):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Any, List, Optional
 
 from sglang.srt.core.sampling_params import SamplingParams
 
@@ -35,4 +35,34 @@ class FlushCacheReqInput:
 
 @dataclass
 class GetInternalStateReq:
+    pass
+
+
+PAUSE_MODES = ("abort", "retract", "in_place")
+
+
+@dataclass
+class PauseGenerationReqInput:
+    """mode: "abort" (every request ends as aborted), "retract" (running requests give back their KV
+    and wait), or "in_place" (running requests keep their KV)."""
+
+    mode: str = "abort"
+
+
+def pause_mode_of(body: Any) -> str:
+    """The mode of a /pause_generation body (a JSON object, `mode` optional); ValueError names the
+    field at fault."""
+    if not isinstance(body, dict):
+        raise ValueError('The body must be a JSON object, e.g. {"mode": "abort"}.')
+    unknown = sorted(set(body) - {"mode"})
+    if unknown:
+        raise ValueError(f"Unknown field(s): {', '.join(unknown)}; the only field is `mode`.")
+    mode = body.get("mode", "abort")
+    if mode not in PAUSE_MODES:
+        raise ValueError(f"`mode` must be one of {', '.join(PAUSE_MODES)}; got {mode!r}.")
+    return mode
+
+
+@dataclass
+class ContinueGenerationReqInput:
     pass

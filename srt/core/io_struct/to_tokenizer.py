@@ -29,6 +29,18 @@ class FlushCacheReqOutput:
 
 
 @dataclass
+class PauseGenerationReqOutput:
+    """Sent once the pause has taken effect: no pass is in flight and none will be launched."""
+
+    message: str = ""
+
+
+@dataclass
+class ContinueGenerationReqOutput:
+    message: str = ""
+
+
+@dataclass
 class GetInternalStateReqOutput:
     state: Dict[str, Any]
 

@@ -230,11 +230,8 @@ class ScheduleBatch:
                 oom.append(req)
                 break
             req = self.reqs[order.pop()]
-            release_kv_cache(
-                req, self.tree_cache, self.req_to_token_pool, self.allocator, is_insert=False
-            )
+            self.retract_req(req)
             evict_for(self.tree_cache, self.allocator, len(order) * RETRACT_DECODE_STEPS)
-            req.reset_for_retract()
             retracted.append(req)
         keep = sorted(order)
         self.filter_batch(keep_indices=keep)
@@ -242,6 +239,22 @@ class ScheduleBatch:
         total_max = sum(r.sampling_params.max_new_tokens or 0 for r in self.reqs)
         new_ratio = min(1.0, (total_out + RETRACT_DECODE_STEPS * len(self.reqs)) / (total_max + 1))
         return retracted, new_ratio, oom
+
+    def retract_req(self, req: Req) -> None:
+        """The request gives back its KV (nothing enters the tree) and will be prefilled again."""
+        release_kv_cache(
+            req, self.tree_cache, self.req_to_token_pool, self.allocator, is_insert=False
+        )
+        req.reset_for_retract()
+
+    def retract_all(self) -> List[Req]:
+        """Every unfinished request is retracted (a pause in "retract" mode); returns them."""
+        self.filter_batch()
+        out = list(self.reqs)
+        for req in out:
+            self.retract_req(req)
+        self.filter_batch(keep_indices=[])
+        return out
 
     # ------------------------------------------------------------------ membership
     def exclude_finishing(self) -> None:

@@ -32,8 +32,18 @@ from sglang.srt.core.input_limits import InputLimits
 from sglang.srt.core.io_struct.ipc import make_socket, send_obj
 from sglang.srt.core.io_struct.to_dp_controller import DPLoad
 from sglang.srt.core.io_struct.to_launcher import SchedulerReady
-from sglang.srt.core.io_struct.to_scheduler import FlushCacheReqInput
-from sglang.srt.core.io_struct.to_tokenizer import FlushCacheReqOutput, GetInternalStateReqOutput
+from sglang.srt.core.io_struct.to_scheduler import (
+    AbortReq,
+    ContinueGenerationReqInput,
+    FlushCacheReqInput,
+    PauseGenerationReqInput,
+)
+from sglang.srt.core.io_struct.to_tokenizer import (
+    ContinueGenerationReqOutput,
+    FlushCacheReqOutput,
+    GetInternalStateReqOutput,
+    PauseGenerationReqOutput,
+)
 from sglang.srt.core.req import Req
 from sglang.srt.distributed.init import init_distributed
 from sglang.srt.distributed.parallel_state import tp_min_int
@@ -336,6 +346,7 @@ class Scheduler:
         self.streamer.report_cache_tiers = sa.enable_hierarchical_cache
         self._last_load: Optional[tuple] = None
         self.forward_ct = 0
+        self.paused: Optional[str] = None  # the pause mode while generation is paused
 
     def _spec_decoder(self):
         from sglang.srt.configs.sections import SpecSection
@@ -399,7 +410,9 @@ class Scheduler:
                     # Waiting on a storage prefetch or copy: sleep briefly instead of spinning.
                     self.intake.recv_and_process_requests(block=True, wait_ms=BACKGROUND_POLL_MS)
                 else:
-                    self.intake.recv_and_process_requests(block=self._is_fully_idle())
+                    # Paused: nothing runs until a message arrives (continue, abort, requests).
+                    idle = self._is_fully_idle() or self.paused is not None
+                    self.intake.recv_and_process_requests(block=idle)
             self.step()
             if self.sockets.send_load is not None:
                 self._report_load()
@@ -428,6 +441,8 @@ class Scheduler:
     def get_next_batch_to_run(self) -> Optional[ScheduleBatch]:
         self._merge_last_prefill()
         self._finish_aborted_running()
+        if self.paused is not None:
+            return None
         batch = self.prefill.build(self.ratio.value)
         if batch is not None:
             return batch
@@ -588,7 +603,39 @@ class Scheduler:
     def _answer_control(self, msg: Any) -> Any:
         if isinstance(msg, FlushCacheReqInput):
             return FlushCacheReqOutput(*self.flush_cache())
+        if isinstance(msg, PauseGenerationReqInput):
+            self.pause_generation(msg.mode)
+            return PauseGenerationReqOutput(f"Generation paused ({msg.mode}).")
+        if isinstance(msg, ContinueGenerationReqInput):
+            self.paused = None
+            return ContinueGenerationReqOutput("Generation continued.")
         return GetInternalStateReqOutput(self.internal_state())
+
+    def pause_generation(self, mode: str) -> None:
+        """No pass is launched until generation continues; requests still arrive and wait. The passes
+        in flight finish first, so no request is left between a launch and its result."""
+        self._merge_last_prefill()
+        self.state.last_batch = None  # merged: the next iteration must not merge it again
+        self._process_in_flight()
+        if self.spec is not None:
+            self.spec.flush_outputs(self.results)
+        if mode == "abort":
+            self.intake.abort_request(AbortReq(abort_all=True))
+        self._finish_aborted_running()
+        if mode == "retract":
+            self._retract_all()
+        self.paused = mode
+
+    def _retract_all(self) -> None:
+        state = self.state
+        back = state.running_batch.retract_all()
+        if state.chunked_req is not None:
+            state.running_batch.retract_req(state.chunked_req)
+            back.append(state.chunked_req)
+            state.chunked_req = None
+        state.waiting_queue.extend(back)
+        if back:
+            logger.info("Pause: %d requests retracted to the waiting queue.", len(back))
 
     def flush_cache(self) -> tuple:
         if not self._is_fully_idle():
@@ -614,6 +661,7 @@ class Scheduler:
             "quantization": self.model_runner.quantization_name(),
             "num_running_reqs": state.running_batch.batch_size(),
             "num_waiting_reqs": len(state.waiting_queue),
+            "paused": self.paused,
             "token_usage": pools.token_usage(),
             "last_gen_throughput": stats.last_gen_throughput,
             "cache_hit_rate": stats.cache_hit_rate(),

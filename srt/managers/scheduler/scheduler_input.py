@@ -16,8 +16,10 @@ from sglang.srt.core.input_limits import InputLimits
 from sglang.srt.core.io_struct.ipc import recv_obj, send_obj
 from sglang.srt.core.io_struct.to_scheduler import (
     AbortReq,
+    ContinueGenerationReqInput,
     FlushCacheReqInput,
     GetInternalStateReq,
+    PauseGenerationReqInput,
     TokenizedGenerateReqInput,
 )
 from sglang.srt.core.req import Req
@@ -33,6 +35,13 @@ QUEUE_FULL_MESSAGE = "The request queue is full."
 WAITING_TIMEOUT_MESSAGE = "Request waiting timeout reached."
 ABORT_MESSAGE = "Aborted by AbortReq."
 IDLE_POLL_MS = 50
+# Answered by the scheduler from its own state, one reply each.
+CONTROL_MESSAGES = (
+    FlushCacheReqInput,
+    GetInternalStateReq,
+    PauseGenerationReqInput,
+    ContinueGenerationReqInput,
+)
 
 
 @dataclass(frozen=True)
@@ -106,9 +115,7 @@ class SchedulerIntake:
             self.handle_generate_request(obj)
         elif isinstance(obj, AbortReq):
             self.abort_request(obj)
-        elif (
-            isinstance(obj, (FlushCacheReqInput, GetInternalStateReq)) and self.control is not None
-        ):
+        elif isinstance(obj, CONTROL_MESSAGES) and self.control is not None:
             self._reply(self.control(obj))
         else:
             logger.error("Scheduler got an unknown message %s", type(obj).__name__)

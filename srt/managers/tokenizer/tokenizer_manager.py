@@ -31,15 +31,19 @@ from sglang.srt.core.io_struct.to_detokenizer import BatchTokenIDOutput
 from sglang.srt.core.io_struct.to_launcher import SchedulerReady
 from sglang.srt.core.io_struct.to_scheduler import (
     AbortReq,
+    ContinueGenerationReqInput,
     FlushCacheReqInput,
     GetInternalStateReq,
+    PauseGenerationReqInput,
     TokenizedGenerateReqInput,
 )
 from sglang.srt.core.io_struct.to_tokenizer import (
     BatchStrOutput,
+    ContinueGenerationReqOutput,
     DetokenizerError,
     FlushCacheReqOutput,
     GetInternalStateReqOutput,
+    PauseGenerationReqOutput,
     SchedulerMetrics,
 )
 from sglang.srt.managers.tokenizer.prompt_break_report import describe_prompt_break
@@ -56,6 +60,13 @@ BACKLOG_WARNING = 20
 WAIT_TIMEOUT_S = 4.0
 SWEEP_INTERVAL_S = 1.0
 LOGGED_TEXT_CHARS = 256
+# Replies to control messages, each matched to the oldest waiter of its type.
+CONTROL_REPLIES = (
+    FlushCacheReqOutput,
+    GetInternalStateReqOutput,
+    PauseGenerationReqOutput,
+    ContinueGenerationReqOutput,
+)
 
 
 class TokenizerManager:
@@ -130,7 +141,7 @@ class TokenizerManager:
                 elif isinstance(obj, DetokenizerError):
                     for rid in obj.rids:
                         self._fail(rid, GenerateError(500, obj.message))
-                elif isinstance(obj, (FlushCacheReqOutput, GetInternalStateReqOutput)):
+                elif isinstance(obj, CONTROL_REPLIES):
                     waiters = self._control_waiters.get(type(obj), [])
                     if waiters:
                         fut = waiters.pop(0)
@@ -509,6 +520,13 @@ class TokenizerManager:
         return FlushCacheReqOutput(
             ok, next((o.message for o in outs if o.success != ok), outs[0].message)
         )
+
+    async def pause_generation(self, mode: str = "abort") -> None:
+        """Returns once every replica has paused (see PauseGenerationReqInput for the modes)."""
+        await self._control(PauseGenerationReqInput(mode), PauseGenerationReqOutput)
+
+    async def continue_generation(self) -> None:
+        await self._control(ContinueGenerationReqInput(), ContinueGenerationReqOutput)
 
     async def get_internal_state(self) -> Dict[str, Any]:
         states = [
