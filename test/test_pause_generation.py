@@ -107,6 +107,9 @@ def test_abort_mode_ends_running_requests_and_holds_new_ones(server_url):
             _until(lambda: _info(url)["num_waiting_reqs"] == 1, "the new request to queue")
             _assert_stands_still(url)
             assert not late.done()
+            (load,) = requests.get(url + "/get_load", timeout=30).json()
+            assert (load["dp_rank"], load["num_reqs"], load["num_waiting_reqs"]) == (0, 1, 1)
+            assert load["num_tokens"] == 0  # nothing holds KV
         finally:
             _continue(url)
         r = late.result(60)

@@ -231,6 +231,7 @@ def test_data_parallel_replicas(method, tiny_models, tp_servers):
         per_replica = [st["prefill_input_tokens_total"] for st in info["dp_states"]]
         assert len(per_replica) == 2 and all(n > 0 for n in per_replica), per_replica
         assert info["max_total_num_tokens"] == 2 * 2048
+        _paused_requests_wait_on_every_replica(srv.url, method)
         assert requests.post(srv.url + "/flush_cache").status_code == 200
         srv.check_idle_invariant()
     finally:
@@ -334,3 +335,22 @@ def test_tp2_speculative_matches_plain_tp1(kind, tiny_models, tp_servers, tmp_pa
         spec.check_idle_invariant()
     finally:
         spec.stop()
+
+
+def _paused_requests_wait_on_every_replica(url: str, method: str) -> None:
+    """A pause reaches every replica; /get_load reports each one's queue."""
+    assert requests.post(url + "/pause_generation", json={"mode": "in_place"}).status_code == 200
+    sp = {"max_new_tokens": 4, "temperature": 0}
+    with concurrent.futures.ThreadPoolExecutor(2) as ex:
+        futs = [ex.submit(generate, url, text=f"Paused {i}", sampling_params=sp) for i in range(2)]
+        deadline = time.time() + 120
+        while sum(x["num_waiting_reqs"] for x in requests.get(url + "/get_load").json()) < 2:
+            assert time.time() < deadline, "the requests never queued"
+            time.sleep(0.05)
+        loads = requests.get(url + "/get_load").json()
+        assert [x["dp_rank"] for x in loads] == [0, 1]
+        if method == "round_robin":
+            assert [x["num_waiting_reqs"] for x in loads] == [1, 1], loads
+        assert not any(f.done() for f in futs)
+        assert requests.post(url + "/continue_generation").status_code == 200
+        assert all(f.result(120).status_code == 200 for f in futs)

@@ -177,6 +177,10 @@ def _add_native_routes(app: FastAPI, state: ServerState) -> None:
     app.get("/get_server_info")(server_info)
     app.get("/server_info")(server_info)
 
+    @app.get("/get_load")
+    async def get_load():
+        return await tm().get_load()
+
     async def flush_cache():
         out = await tm().flush_cache()
         return Response(content=out.message, status_code=200 if out.success else 400)

@@ -663,6 +663,7 @@ class Scheduler:
             "num_waiting_reqs": len(state.waiting_queue),
             "paused": self.paused,
             "token_usage": pools.token_usage(),
+            "num_used_tokens": pools.used_tokens(),
             "last_gen_throughput": stats.last_gen_throughput,
             "cache_hit_rate": stats.cache_hit_rate(),
             "num_retractions_total": stats.num_retracted_total,

@@ -545,6 +545,7 @@ class TokenizerManager:
             "prefill_cached_tokens_total",
             "num_retractions_total",
             "num_decode_steps",
+            "num_used_tokens",
             "max_total_num_tokens",
             "last_gen_throughput",
         ):
@@ -555,6 +556,19 @@ class TokenizerManager:
                 merged[key] = sum(st.get(key, 0) for st in states)
         merged["dp_states"] = sorted(states, key=lambda st: st["dp_rank"])
         return merged
+
+    async def get_load(self) -> List[Dict[str, int]]:
+        """One entry per data-parallel replica, as SGLang's /get_load (what sglang-router polls)."""
+        st = await self.get_internal_state()
+        return [
+            {
+                "dp_rank": s["dp_rank"],
+                "num_reqs": s["num_running_reqs"] + s["num_waiting_reqs"],
+                "num_waiting_reqs": s["num_waiting_reqs"],
+                "num_tokens": s["num_used_tokens"],
+            }
+            for s in st.get("dp_states", [st])
+        ]
 
     async def close(self) -> None:
         for task in self._tasks:
