@@ -184,6 +184,31 @@ def test_logprobs_match_hf(server_url, smollm_path, hf_models, tok):
         assert len(top) == 3 and top[0][1] == out_ids[k]
 
 
+def test_sampled_logprobs_are_those_of_the_temperature_scaled_model(
+    server_url, smollm_path, hf_models, tok
+):
+    """What an RL loss reads: log softmax(logits / T) of the tokens drawn, as SGLang reports them."""
+    ids = tok.encode("Once upon a time, in a quiet village,")
+    r = generate(
+        server_url,
+        input_ids=ids,
+        sampling_params={"max_new_tokens": 6, "temperature": 1.6, "sampling_seed": 11},
+        return_logprob=True,
+    )
+    m, out_ids = r.json()["meta_info"], r.json()["output_ids"]
+    with torch.no_grad():
+        logits = hf_models(smollm_path)(torch.tensor([ids + out_ids])).logits[0].float()
+    scaled, raw = torch.log_softmax(logits / 1.6, -1), torch.log_softmax(logits, -1)
+    for k, (lp, tid, _) in enumerate(m["output_token_logprobs"]):
+        pos = len(ids) + k - 1
+        assert tid == out_ids[k]
+        assert abs(lp - scaled[pos, tid].item()) < 2e-3
+    assert any(
+        abs(scaled[len(ids) + k - 1, t] - raw[len(ids) + k - 1, t]) > 0.05
+        for k, t in enumerate(out_ids)
+    )
+
+
 def test_stream_interval_per_request(server_url):
     body = {
         "text": "Count: one two three",

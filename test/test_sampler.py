@@ -48,6 +48,29 @@ def test_greedy_is_argmax_and_logprobs_are_raw():
     assert torch.allclose(out.top_logprobs_val, ref.topk(3).values)
 
 
+@pytest.mark.parametrize("original", [False, True])
+def test_sampled_logprobs_are_temperature_scaled_unless_original(monkeypatch, original):
+    """SGLang's rule: a sampled row reports log softmax(logits / T), before penalties and top-p;
+    SGLANG_RETURN_ORIGINAL_LOGPROB=1 reports log softmax(logits). A greedy row is raw either way."""
+    import sglang.srt.layers.sampler as sampler
+
+    monkeypatch.setattr(sampler, "RETURN_ORIGINAL_LOGPROB", original)
+    logits = _logits(3, 5)
+    temps = [0.5, 0.0, 1.7]
+    reqs = [
+        _req(0, temperature=0.5, top_p=0.5, frequency_penalty=1.0, output=(4, 4)),
+        _req(1, temperature=0.0),
+        _req(2, temperature=1.7, top_k=5, sampling_seed=3),
+    ]
+    out = sample(logits.clone(), _info(reqs), return_logprob=True, top_logprobs_nums=[4] * 3)
+    for row, t in enumerate(temps):
+        scale = 1.0 if original or t == 0.0 else t
+        ref = torch.log_softmax(logits[row] / scale, -1)
+        tok = out.next_token_ids[row]
+        assert torch.allclose(out.next_token_logprobs[row], ref[tok], atol=1e-6)
+        assert torch.allclose(out.top_logprobs_val[row], ref.topk(4).values, atol=1e-6)
+
+
 def test_same_seed_same_tokens_whatever_the_batch():
     logits = _logits(1, 1)
     alone = sample(

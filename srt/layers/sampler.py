@@ -2,8 +2,10 @@
 
 Random draws come from a counter-based hash of (seed, output position, token id), so a request
 with a given seed gets the same tokens whatever batch it lands in, on any device.
-Logprobs reported to clients are those of the model's raw distribution (before temperature,
-penalties and filtering), which is what OpenAI clients expect.
+Logprobs reported for the sampled positions are those of the temperature-scaled distribution (before
+penalties and top-k / top-p / min-p filtering), as SGLang reports them: an RL loss takes them as the
+rollout policy's probabilities. SGLANG_RETURN_ORIGINAL_LOGPROB=1 reports the model's own
+distribution instead. Greedy rows have temperature 1: both are the raw distribution there.
 """
 
 from __future__ import annotations
@@ -24,6 +26,17 @@ _MASK32 = 0xFFFFFFFF
 # and plain greedy rows as two (same NaN / inf / tie rules); SGLANG_TORCH_SAMPLER=1 keeps the torch
 # paths (benchmarks compare the two).
 FUSED_RACE = os.environ.get("SGLANG_TORCH_SAMPLER", "0") != "1"
+RETURN_ORIGINAL_LOGPROB = os.environ.get("SGLANG_RETURN_ORIGINAL_LOGPROB", "").lower() in (
+    "1",
+    "true",
+)
+
+
+def reported_logprobs(logits: torch.Tensor, info: SamplingBatchInfo) -> torch.Tensor:
+    """The log-distribution a row's logprobs are read from (float logits, before adjustments)."""
+    if RETURN_ORIGINAL_LOGPROB or info.is_all_greedy:
+        return torch.log_softmax(logits, dim=-1)
+    return torch.log_softmax(logits / info.temperatures, dim=-1)
 
 
 @dataclass
@@ -135,7 +148,7 @@ def sample(
         if fused is not None:
             return SampleOutput(next_token_ids=fused[0], invalid=fused[1])
     logits = logits.float()
-    raw_logprobs = torch.log_softmax(logits, dim=-1) if return_logprob else None
+    raw_logprobs = reported_logprobs(logits, info) if return_logprob else None
     logits = logits.clone() if return_logprob else logits
     apply_logit_adjustments(logits, info)
     logits = _nan_to_neg_inf(logits)

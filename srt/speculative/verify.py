@@ -24,6 +24,7 @@ from sglang.srt.layers.sampler import (
     apply_logit_adjustments,
     bits_to_uniform,
     race_argmax_torch,
+    reported_logprobs,
     row_hash,
 )
 from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
@@ -95,10 +96,10 @@ def row_uniforms(info: SamplingBatchInfo, salt: int) -> torch.Tensor:
 
 def judged_logits(logits: torch.Tensor, info: SamplingBatchInfo, return_logprob: bool):
     """The rows' logits as the sampler sees them (float, penalties and masks applied, NaN as
-    -inf), the raw log-softmax for logprobs (None without), each row's argmax and whether a row
-    has nothing samplable (its argmax is then 0)."""
+    -inf), the log-softmax logprobs are read from (None without; see reported_logprobs), each row's
+    argmax and whether a row has nothing samplable (its argmax is then 0)."""
     logits = logits.float()
-    raw_lp = torch.log_softmax(logits, dim=-1) if return_logprob else None
+    raw_lp = reported_logprobs(logits, info) if return_logprob else None
     logits = logits.clone() if return_logprob else logits
     apply_logit_adjustments(logits, info)
     logits = _nan_to_neg_inf(logits)
