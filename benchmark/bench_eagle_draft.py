@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 
@@ -36,6 +37,35 @@ class _OpCount(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+class _RoundProfile:
+    """torch.profiler over rounds [skip, skip + n) (past the first rounds' compiles); prints the
+    ops that take the most self time, host and device."""
+
+    def __init__(self, bs: int, n: int, skip: int = 8):
+        self.bs, self.n, self.skip, self.prof = bs, n, skip, None
+
+    def before(self, done: int) -> None:
+        if self.n and done == self.skip:
+            acts = [torch.profiler.ProfilerActivity.CPU]
+            if torch.cuda.is_available():
+                acts.append(torch.profiler.ProfilerActivity.CUDA)
+            self.prof = torch.profiler.profile(activities=acts)
+            self.prof.__enter__()
+
+    def after(self, done: int) -> None:
+        if self.prof is None or done != self.skip + self.n:
+            return
+        self.prof.__exit__(None, None, None)
+        events = self.prof.key_averages()
+        print(f"--- bs {self.bs}: {self.n} rounds profiled")
+        keys = ["self_cpu_time_total"] + (
+            ["self_device_time_total"] if torch.cuda.is_available() else []
+        )
+        for key in keys:
+            print(events.table(sort_by=key, row_limit=18, max_name_column_width=60))
+        self.prof = None
+
+
 def measure(model_path: str, bs: int, args) -> dict:
     sched = dummy_scheduler(
         model_path,
@@ -51,14 +81,17 @@ def measure(model_path: str, bs: int, args) -> dict:
     )
     proposer = sched.spec.proposer
     real_draft, layer = proposer.draft, proposer.head._layer
-    stats = dict(rounds=0, seconds=0.0, ops=0, passes=0)
+    stats = dict(rounds=0, seconds=0.0, ops=0, passes=0, times=[])
 
     def counted_layer(*a):
         stats["passes"] += 1
         return layer(*a)
 
+    prof = _RoundProfile(bs, args.profile_rounds)
+
     def timed_draft(*a):
         counter = _OpCount() if args.count_ops else None
+        prof.before(stats["rounds"])
         t = time.perf_counter()
         if counter is None:
             out = real_draft(*a)
@@ -69,7 +102,9 @@ def measure(model_path: str, bs: int, args) -> dict:
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         stats["seconds"] += time.perf_counter() - t
+        stats["times"].append(time.perf_counter() - t)
         stats["rounds"] += 1
+        prof.after(stats["rounds"])
         return out
 
     proposer.draft, proposer.head._layer = timed_draft, counted_layer
@@ -84,6 +119,8 @@ def measure(model_path: str, bs: int, args) -> dict:
         bs=bs,
         rounds=stats["rounds"],
         ms_per_round=1e3 * stats["seconds"] / n,
+        # The first rounds at a new shape compile kernels: the median is the steady state.
+        median_ms=1e3 * statistics.median(stats["times"] or [0.0]),
         head_passes_per_round=stats["passes"] / n,
         aten_ops_per_round=stats["ops"] / n if args.count_ops else None,
     )
@@ -100,16 +137,22 @@ def main(argv=None) -> list:
     p.add_argument("--num-steps", type=int, default=3)
     p.add_argument("--num-draft-tokens", type=int, default=4)
     p.add_argument("--count-ops", action="store_true", help="count aten ops (slows the timing)")
+    p.add_argument(
+        "--profile-rounds", type=int, default=0, help="profile this many rounds per batch size"
+    )
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         torch.set_num_threads(1)  # on a shared CPU, one thread keeps rounds comparable
     model_path = write_model_config(args.model_config)
     rows = [measure(model_path, bs, args) for bs in args.batch_size]
-    print(f"{'bs':>4} {'rounds':>7} {'ms/round':>9} {'head passes':>12} {'aten ops':>9}")
+    print(
+        f"{'bs':>4} {'rounds':>7} {'ms/round':>9} {'median ms':>10} {'head passes':>12} "
+        f"{'aten ops':>9}"
+    )
     for r in rows:
         ops = "-" if r["aten_ops_per_round"] is None else f"{r['aten_ops_per_round']:.1f}"
         print(
-            f"{r['bs']:>4} {r['rounds']:>7} {r['ms_per_round']:>9.2f} "
+            f"{r['bs']:>4} {r['rounds']:>7} {r['ms_per_round']:>9.2f} {r['median_ms']:>10.2f} "
             f"{r['head_passes_per_round']:>12.2f} {ops:>9}"
         )
     return rows

@@ -239,19 +239,22 @@ def test_bench_speculative_real_draft_cpu(drafter: str, topk: int) -> None:
 
 
 @pytest.mark.parametrize("shape", ["--topk 1 --num-steps 3", "--topk 3 --num-steps 3"])
-def test_bench_eagle_draft_cpu(shape: str) -> None:
+def test_bench_eagle_draft_cpu(shape: str, capsys) -> None:
     """The EAGLE drafting benchmark: at most one round per new token after the prefill's, and a
     round runs at most num_steps head passes whatever the batch (one per depth; fewer where the
     length cap shrinks the last drafts). Drafting four requests one by one would run up to 12."""
     import bench_eagle_draft
 
     rows = bench_eagle_draft.main(
-        f"--batch-size 1 4 --output-len 8 --num-draft-tokens 4 --count-ops {shape}".split()
+        f"--batch-size 1 4 --output-len 12 --num-draft-tokens 4 --count-ops {shape} "
+        "--profile-rounds 2".split()
     )
     for r in rows:
-        assert 0 < r["rounds"] <= 7
+        assert 0 < r["rounds"] <= 11
         assert 1 <= r["head_passes_per_round"] <= 3
         assert r["aten_ops_per_round"] > 0
+        assert r["median_ms"] > 0
+    assert capsys.readouterr().out.count("rounds profiled") == 2  # one table per batch size
 
 
 def test_bench_ngram_text_cpu() -> None:

@@ -29,9 +29,14 @@ from typing import Dict, List, Optional, Tuple, Union
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from sglang.srt.layers.rotary_embedding import RotaryEmbedding
 from sglang.srt.speculative.eagle_kv import EagleKV, RoundKV
+
+# Not cuDNN's fused attention: it builds an execution plan for every new shape (about 12 ms of host
+# time each), and a draft round's cache grows with every pass, so shapes never repeat.
+SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 EAGLE, EAGLE3 = "EAGLE", "EAGLE3"
 
@@ -296,14 +301,15 @@ class EagleHead(nn.Module):
 
     def _sdpa(self, q, keys, vals, mask) -> torch.Tensor:
         """q [..., heads, t, d] over keys / vals [..., kv_heads, n, d] under mask [..., t, n]."""
-        return F.scaled_dot_product_attention(
-            q,
-            keys,
-            vals,
-            attn_mask=mask,
-            scale=1.0 / math.sqrt(self.c.head_dim),
-            enable_gqa=self.c.heads != self.c.kv_heads,
-        )
+        with sdpa_kernel(SDPA_BACKENDS):
+            return F.scaled_dot_product_attention(
+                q,
+                keys,
+                vals,
+                attn_mask=mask,
+                scale=1.0 / math.sqrt(self.c.head_dim),
+                enable_gqa=self.c.heads != self.c.kv_heads,
+            )
 
     def _attention(
         self,
