@@ -72,6 +72,9 @@ class ServerArgs:
     )
     context_length: Optional[int] = _f(None, "Override the model's context length.")
     served_model_name: Optional[str] = _f(None, "Model name shown by the OpenAI routes.")
+    weight_version: str = _f(
+        "default", "The weights' version label (meta_info.weight_version; set by weight updates)."
+    )
     chat_template: Optional[str] = _f(
         None, "A Jinja chat template file (or literal template) overriding the tokenizer's."
     )

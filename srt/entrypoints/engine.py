@@ -8,10 +8,10 @@ import asyncio
 import atexit
 import logging
 import threading
-from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Union
+from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Tuple, Union
 
 from sglang.srt.core.generate_input import GenerateReqInput
-from sglang.srt.core.io_struct.to_scheduler import pause_mode_of
+from sglang.srt.core.io_struct.to_scheduler import pause_mode_of, update_weights_of
 from sglang.srt.entrypoints.launcher import launch_subprocesses, resolve_model_paths
 from sglang.srt.managers.tokenizer.tokenizer_manager import TokenizerManager
 from sglang.srt.server_args import ServerArgs
@@ -140,6 +140,19 @@ class Engine:
 
     def continue_generation(self) -> None:
         self._call(self.tokenizer_manager.continue_generation())
+
+    def update_weights_from_disk(
+        self, model_path: str, load_format: Optional[str] = None, **fields: Any
+    ) -> Tuple[bool, str]:
+        """Another checkpoint of the same model replaces the weights once the running requests
+        finish; returns (success, message). fields: the route's other fields (weight_version, ...)."""
+        body = {"model_path": model_path, "load_format": load_format, **fields}
+        out = self._call(
+            self.tokenizer_manager.update_weights_from_disk(
+                update_weights_of(body), fields.get("weight_version")
+            )
+        )
+        return out.success, out.message
 
     def get_model_info(self) -> Dict[str, Any]:
         return {

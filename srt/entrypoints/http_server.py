@@ -20,7 +20,7 @@ from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sglang.srt.core.generate_input import GenerateReqInput
-from sglang.srt.core.io_struct.to_scheduler import pause_mode_of
+from sglang.srt.core.io_struct.to_scheduler import pause_mode_of, update_weights_of
 from sglang.srt.entrypoints.api_key import ApiKeyMiddleware
 from sglang.srt.entrypoints.body_limits import BodyLimitMiddleware
 from sglang.srt.entrypoints.errors import (
@@ -36,6 +36,7 @@ from sglang.srt.entrypoints.openapi_docs import (
     GenerateBody,
     PauseGenerationBody,
     TokenizeBody,
+    UpdateWeightsFromDiskBody,
     install_openapi,
     route_doc,
 )
@@ -100,6 +101,7 @@ def create_app(state: ServerState) -> FastAPI:
             GenerateBody,
             AbortBody,
             PauseGenerationBody,
+            UpdateWeightsFromDiskBody,
             TokenizeBody,
             DetokenizeBody,
             CompletionRequest,
@@ -217,6 +219,17 @@ def _add_native_routes(app: FastAPI, state: ServerState) -> None:
             return bad_request(str(e))
         await tm().pause_generation(mode)
         return {"message": "Generation paused successfully.", "status": "ok"}
+
+    @app.post("/update_weights_from_disk", openapi_extra=route_doc(UpdateWeightsFromDiskBody))
+    async def update_weights_from_disk(request: Request):
+        try:
+            body = await read_json(request)
+            req = update_weights_of(body)
+        except ValueError as e:
+            return bad_request(str(e))
+        out = await tm().update_weights_from_disk(req, body.get("weight_version"))
+        # SGLang's result body, on failure too: clients read `success` and `message`.
+        return json_response(dataclasses.asdict(out), 200 if out.success else 400)
 
     @app.post("/continue_generation")
     async def continue_generation():

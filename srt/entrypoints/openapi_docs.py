@@ -63,6 +63,20 @@ class PauseGenerationBody(BaseModel):
     mode: Literal["abort", "retract", "in_place"] = "abort"
 
 
+class UpdateWeightsFromDiskBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model_path: str
+    load_format: Optional[str] = None
+    abort_all_requests: bool = False
+    weight_version: Optional[str] = None
+    flush_cache: bool = True
+    is_async: bool = False
+    torch_empty_cache: bool = False
+    keep_pause: bool = False
+    recapture_cuda_graph: bool = False
+    token_step: int = 0
+
+
 class TokenizeBody(BaseModel):
     prompt: Union[str, List[str]]
     add_special_tokens: bool = True

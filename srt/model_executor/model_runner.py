@@ -19,7 +19,7 @@ from sglang.srt.layers.quantization.fp8 import resolve_quantization
 from sglang.srt.layers.sampler import SampleOutput, sample
 from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
-from sglang.srt.model_loader.loader import load_model
+from sglang.srt.model_loader.loader import load_model, reload_weights
 from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils import jit_watch
@@ -93,6 +93,8 @@ class ModelRunner:
             quantization=self.quantization,
         )
         self.load_time = time.perf_counter() - t0
+        # Where the weights in memory came from (a failed update rolls back to it).
+        self.weights_source = (model_config, model.load_format)
         self.vocab_size = model_config.vocab_size
         self.kv_dtype = self._kv_dtype()
         self.sizes = self._size_pools()
@@ -117,6 +119,15 @@ class ModelRunner:
                 self.mem_fraction,
                 self.sizes.available_mem_gb,
             )
+
+    def update_weights_from_disk(self, model_path: str, load_format: Optional[str]) -> None:
+        """Load another checkpoint of the same model into the weights in place (the CUDA graphs
+        read the same buffers); ValueError or the loader's error says why it was refused."""
+        if self.quantization is not None:
+            raise ValueError("Updating weights is not supported with --quantization yet.")
+        new = (ModelConfig.from_path(model_path), load_format or "auto")
+        reload_weights(self.model, self.weights_source, new, self.model_section.random_seed)
+        self.weights_source = new
 
     def init_cuda_graphs(self, capture_hidden: Optional[Tuple[int, ...]] = None) -> None:
         """Capture the decode graphs (CUDA, graphs on, a backend that supports them). With

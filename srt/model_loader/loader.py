@@ -55,26 +55,78 @@ def load_model(
     if quantization is not None and quantization.from_checkpoint:
         prepare_checkpoint_layers(model, quantization)
     # Rotary caches are float32 buffers by design; keep them so even in bf16 models.
-    fmt = _resolve_format(cfg, load_format)
-    if fmt == "dummy":
-        _fill_dummy(model, seed)
-        fill_dummy_fp8(model, seed)
-    else:
-        weights, total = _weight_iterator(cfg, fmt)
-        model.load_weights(
-            tqdm(
-                weights,
-                total=total,
-                desc="Loading weights",
-                unit="tensor",
-                disable=not show_progress,
-                mininterval=0.5,
-            )
-        )
+    _fill_weights(model, cfg, load_format, seed, show_progress)
     if quantization is not None and not quantization.from_checkpoint:
         quantize_loaded_layers(model, quantization)
     model.eval()
     return model
+
+
+def _fill_weights(
+    model: nn.Module, cfg: ModelConfig, load_format: str, seed: int, show_progress: bool
+) -> None:
+    fmt = _resolve_format(cfg, load_format)
+    if fmt == "dummy":
+        _fill_dummy(model, seed)
+        fill_dummy_fp8(model, seed)
+        return
+    weights, total = _weight_iterator(cfg, fmt)
+    model.load_weights(
+        tqdm(
+            weights,
+            total=total,
+            desc="Loading weights",
+            unit="tensor",
+            disable=not show_progress,
+            mininterval=0.5,
+        )
+    )
+
+
+# What a new checkpoint must share with the loaded model for its tensors to replace the weights in
+# place (the shapes, and what the modules built from the config at load time).
+_SAME_MODEL_FIELDS = (
+    "architecture",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "vocab_size",
+    "rms_norm_eps",
+    "rope_theta",
+    "rope_scaling",
+    "tie_word_embeddings",
+    "attention_bias",
+    "qk_norm",
+    "hidden_act",
+)
+
+
+def reload_weights(
+    model: nn.Module,
+    loaded: Tuple[ModelConfig, str],
+    new: Tuple[ModelConfig, str],
+    seed: int,
+) -> None:
+    """Copy a checkpoint of the same model into the weights in place (buffers captured by CUDA
+    graphs stay valid). A checkpoint of another shape is refused before anything is written; one
+    that fails midway is rolled back to `loaded`'s weights, and the error raised. Each side is
+    (its config, its load format)."""
+    (old_cfg, old_fmt), (new_cfg, new_fmt) = loaded, new
+    differ = [f for f in _SAME_MODEL_FIELDS if getattr(old_cfg, f) != getattr(new_cfg, f)]
+    if differ:
+        raise ValueError(
+            f"{new_cfg.model_path} is not the same model as {old_cfg.model_path}: "
+            + ", ".join(f"{f} {getattr(new_cfg, f)!r} != {getattr(old_cfg, f)!r}" for f in differ)
+        )
+    try:
+        _fill_weights(model, new_cfg, new_fmt, seed, show_progress=False)
+    except Exception:
+        logger.exception("Loading %s failed; restoring %s", new_cfg.model_path, old_cfg.model_path)
+        _fill_weights(model, old_cfg, old_fmt, seed, show_progress=False)
+        raise
 
 
 def _resolve_format(cfg: ModelConfig, load_format: str) -> str:

@@ -41,6 +41,13 @@ class ContinueGenerationReqOutput:
 
 
 @dataclass
+class UpdateWeightFromDiskReqOutput:
+    success: bool
+    message: str = ""
+    num_paused_requests: int = 0
+
+
+@dataclass
 class GetInternalStateReqOutput:
     state: Dict[str, Any]
 

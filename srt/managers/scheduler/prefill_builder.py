@@ -52,7 +52,8 @@ class PrefillBuilder:
         self.stats = stats
         self.config = config
 
-    def build(self, new_token_ratio: float) -> Optional[ScheduleBatch]:
+    def build(self, new_token_ratio: float, admit: bool = True) -> Optional[ScheduleBatch]:
+        """admit False: only a request already mid-prefill goes on (its next chunk)."""
         state, pools, cfg = self.state, self.pools, self.config
         if state.chunked_req is not None and state.chunked_req.finished():
             state.chunked_req = None
@@ -63,7 +64,13 @@ class PrefillBuilder:
         room = min(
             cfg.max_running_requests - len(running.reqs), pools.req_to_token_pool.available_size()
         )
-        if room <= 0 and state.waiting_queue and self._preempt_for_slot(state.waiting_queue[0]):
+        room = room if admit else 0
+        if (
+            admit
+            and room <= 0
+            and state.waiting_queue
+            and self._preempt_for_slot(state.waiting_queue[0])
+        ):
             room = 1
         if room <= 0 and state.chunked_req is None:
             return None

@@ -37,12 +37,14 @@ from sglang.srt.core.io_struct.to_scheduler import (
     ContinueGenerationReqInput,
     FlushCacheReqInput,
     PauseGenerationReqInput,
+    UpdateWeightFromDiskReqInput,
 )
 from sglang.srt.core.io_struct.to_tokenizer import (
     ContinueGenerationReqOutput,
     FlushCacheReqOutput,
     GetInternalStateReqOutput,
     PauseGenerationReqOutput,
+    UpdateWeightFromDiskReqOutput,
 )
 from sglang.srt.core.req import Req
 from sglang.srt.distributed.init import init_distributed
@@ -347,6 +349,8 @@ class Scheduler:
         self._last_load: Optional[tuple] = None
         self.forward_ct = 0
         self.paused: Optional[str] = None  # the pause mode while generation is paused
+        # A weight update waiting for the running requests to finish (nothing new is admitted).
+        self.weight_update: Optional[UpdateWeightFromDiskReqInput] = None
 
     def _spec_decoder(self):
         from sglang.srt.configs.sections import SpecSection
@@ -441,9 +445,11 @@ class Scheduler:
     def get_next_batch_to_run(self) -> Optional[ScheduleBatch]:
         self._merge_last_prefill()
         self._finish_aborted_running()
+        if self.weight_update is not None and self._holds_no_kv():
+            self._update_weights()
         if self.paused is not None:
             return None
-        batch = self.prefill.build(self.ratio.value)
+        batch = self.prefill.build(self.ratio.value, admit=self.weight_update is None)
         if batch is not None:
             return batch
         if self.state.running_batch.is_empty():
@@ -609,7 +615,39 @@ class Scheduler:
         if isinstance(msg, ContinueGenerationReqInput):
             self.paused = None
             return ContinueGenerationReqOutput("Generation continued.")
+        if isinstance(msg, UpdateWeightFromDiskReqInput):
+            if msg.abort_all_requests:
+                self.intake.abort_request(AbortReq(abort_all=True))
+            self.weight_update = msg
+            return None  # answered by _update_weights
         return GetInternalStateReqOutput(self.internal_state())
+
+    def _holds_no_kv(self) -> bool:
+        """No request holds KV or has a pass in flight (waiting ones hold nothing)."""
+        if self.state.in_flight and all(r.finished() for r in self.state.running_batch.reqs):
+            self._process_in_flight()  # the overlap loop's last pass may be the one that ends them
+        st = self.state
+        return (
+            not st.in_flight
+            and st.chunked_req is None
+            and all(r.finished() for r in st.running_batch.reqs)
+        )
+
+    def _update_weights(self) -> None:
+        msg, self.weight_update = self.weight_update, None
+        try:
+            self.model_runner.update_weights_from_disk(msg.model_path, msg.load_format)
+        except Exception as e:  # noqa: BLE001 - any failure is the client's answer, not a crash
+            out = UpdateWeightFromDiskReqOutput(False, f"Failed to update weights: {e}")
+        else:
+            # The cached prefixes were computed with the old weights.
+            self.state.running_batch.filter_batch()
+            self.pools.tree_cache.reset()
+            self.pools.allocator.clear()
+            self.pools.req_to_token_pool.clear()
+            out = UpdateWeightFromDiskReqOutput(True, f"Weights updated from {msg.model_path}.")
+        logger.info(out.message)
+        self.intake.reply(out)
 
     def pause_generation(self, mode: str) -> None:
         """No pass is launched until generation continues; requests still arrive and wait. The passes

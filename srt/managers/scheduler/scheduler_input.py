@@ -21,6 +21,7 @@ from sglang.srt.core.io_struct.to_scheduler import (
     GetInternalStateReq,
     PauseGenerationReqInput,
     TokenizedGenerateReqInput,
+    UpdateWeightFromDiskReqInput,
 )
 from sglang.srt.core.req import Req
 from sglang.srt.distributed.parallel_state import tp_broadcast_object
@@ -41,6 +42,7 @@ CONTROL_MESSAGES = (
     GetInternalStateReq,
     PauseGenerationReqInput,
     ContinueGenerationReqInput,
+    UpdateWeightFromDiskReqInput,
 )
 
 
@@ -116,11 +118,13 @@ class SchedulerIntake:
         elif isinstance(obj, AbortReq):
             self.abort_request(obj)
         elif isinstance(obj, CONTROL_MESSAGES) and self.control is not None:
-            self._reply(self.control(obj))
+            out = self.control(obj)
+            if out is not None:  # None: answered later (a weight update waits for the batch)
+                self.reply(out)
         else:
             logger.error("Scheduler got an unknown message %s", type(obj).__name__)
 
-    def _reply(self, obj: Any) -> None:
+    def reply(self, obj: Any) -> None:
         if self.reply_sock is not None:
             send_obj(self.reply_sock, obj, self.config.serializer)
 

@@ -75,6 +75,7 @@ class ReqState:
         with_metrics: bool,
         tok_text: Callable[[int], Optional[str]],
         on_chunk: Optional[Callable[["ReqState", int, float], None]] = None,
+        weight_version: str = "default",
     ) -> bool:
         """Fold output i of a detokenizer batch into this request; returns whether it finished.
 
@@ -95,7 +96,7 @@ class ReqState:
             "reasoning_tokens": 0,
             "cached_tokens": out.cached_tokens[i],
             "num_retractions": out.retraction_counts[i],
-            "weight_version": "default",
+            "weight_version": weight_version,
         }
         details = out.cached_tokens_details[i] if out.cached_tokens_details else None
         if details is not None:

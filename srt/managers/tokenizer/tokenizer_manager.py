@@ -36,6 +36,7 @@ from sglang.srt.core.io_struct.to_scheduler import (
     GetInternalStateReq,
     PauseGenerationReqInput,
     TokenizedGenerateReqInput,
+    UpdateWeightFromDiskReqInput,
 )
 from sglang.srt.core.io_struct.to_tokenizer import (
     BatchStrOutput,
@@ -45,6 +46,7 @@ from sglang.srt.core.io_struct.to_tokenizer import (
     GetInternalStateReqOutput,
     PauseGenerationReqOutput,
     SchedulerMetrics,
+    UpdateWeightFromDiskReqOutput,
 )
 from sglang.srt.managers.tokenizer.prompt_break_report import describe_prompt_break
 from sglang.srt.managers.tokenizer.request_preparer import PreparedReq, RequestPreparer
@@ -66,6 +68,7 @@ CONTROL_REPLIES = (
     GetInternalStateReqOutput,
     PauseGenerationReqOutput,
     ContinueGenerationReqOutput,
+    UpdateWeightFromDiskReqOutput,
 )
 
 
@@ -110,6 +113,7 @@ class TokenizerManager:
         self.grammar_validator = None
         self.metrics = None
         self.num_aborted = 0
+        self.weight_version = server_args.weight_version
 
     # ------------------------------------------------------------------ plumbing
     def start(self) -> None:
@@ -176,7 +180,14 @@ class TokenizerManager:
             if pb is not None:
                 decode = self._decode_ids if self.tokenizer is not None else None
                 st.prompt_break = describe_prompt_break(pb, st.req.input_ids, decode)
-            finished = st.apply(out, i, self.server_args.enable_metrics, self._tok_text, on_chunk)
+            finished = st.apply(
+                out,
+                i,
+                self.server_args.enable_metrics,
+                self._tok_text,
+                on_chunk,
+                self.weight_version,
+            )
             if finished:
                 del self.rid_to_state[rid]
                 if self.metrics is not None:
@@ -506,7 +517,9 @@ class TokenizerManager:
                 self._fail(rid, GenerateError(503, message))
         return len(left)
 
-    async def _control(self, req: Any, reply_type: type, timeout: float = 30.0) -> List[Any]:
+    async def _control(
+        self, req: Any, reply_type: type, timeout: Optional[float] = 30.0
+    ) -> List[Any]:
         """Send a control message; every data-parallel replica answers once."""
         loop = asyncio.get_running_loop()
         futs = [loop.create_future() for _ in range(self.server_args.dp_size)]
@@ -527,6 +540,18 @@ class TokenizerManager:
 
     async def continue_generation(self) -> None:
         await self._control(ContinueGenerationReqInput(), ContinueGenerationReqOutput)
+
+    async def update_weights_from_disk(
+        self, req: UpdateWeightFromDiskReqInput, weight_version: Optional[str] = None
+    ) -> UpdateWeightFromDiskReqOutput:
+        """Waits for the running requests (every replica), however long loading takes."""
+        outs = await self._control(req, UpdateWeightFromDiskReqOutput, timeout=None)
+        ok = all(o.success for o in outs)
+        if ok and weight_version is not None:
+            self.weight_version = weight_version
+        return UpdateWeightFromDiskReqOutput(
+            ok, next((o.message for o in outs if o.success != ok), outs[0].message)
+        )
 
     async def get_internal_state(self) -> Dict[str, Any]:
         states = [
