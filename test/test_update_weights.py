@@ -125,3 +125,27 @@ def test_refused_and_failed_updates_leave_the_weights_serving(server, ckpts):
 def test_bad_update_bodies_are_400(server, body, field):
     r = requests.post(server.url + "/update_weights_from_disk", json=body, timeout=30)
     assert field in assert_error_shape(r, 400, "BadRequestError")["message"]
+
+
+def test_rl_loop_pause_update_continue(server, ckpts, hf_models):
+    """SGLang's guide, step 15: pause (retract), new weights, continue; the paused request is
+    prefilled again and finishes on the new weights."""
+    url = server.url
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        running = pool.submit(generate, url, input_ids=PROMPT, sampling_params=LONG)
+        deadline = time.time() + 60
+        while server.server_info()["num_running_reqs"] == 0:
+            assert time.time() < deadline
+            time.sleep(0.02)
+        assert requests.post(url + "/pause_generation", json={"mode": "retract"}).ok
+        try:
+            r = _update(url, model_path=ckpts["b"], weight_version="rl-1")
+            assert r.status_code == 200 and r.json()["success"], r.text
+        finally:
+            assert requests.post(url + "/continue_generation").ok
+        out = running.result(60).json()
+    assert out["meta_info"]["num_retractions"] == 1
+    assert out["meta_info"]["weight_version"] == "rl-1"
+    assert len(out["output_ids"]) == LONG["max_new_tokens"]
+    assert _greedy_under(ckpts["b"], hf_models, _ids(url))
+    server.check_idle_invariant()
