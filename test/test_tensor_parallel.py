@@ -109,6 +109,29 @@ def test_tp2_server_matches_tp1(tp_servers):
 
 
 @pytest.mark.slow  # the distributed path of a world of one; test_tp2_server_matches_tp1 covers more
+def test_tp2_weight_update_matches_tp1(tp_servers, tmp_path):
+    """Both ranks load their shards of the new checkpoint; then back to the old one."""
+    from model_fixtures import write_tiny_model
+
+    one, two = tp_servers
+    other = write_tiny_model("llama", str(tmp_path / "llama-b"), seed=3)
+    kw = dict(text=f"Update: {TEXT}", sampling_params={"max_new_tokens": 12, "temperature": 0})
+    before = generate(two.url, **kw).json()["output_ids"]
+    original = one.server_info()["model_path"]
+    try:
+        for srv in (one, two):
+            r = requests.post(srv.url + "/update_weights_from_disk", json={"model_path": other})
+            assert r.status_code == 200 and r.json()["success"], r.text
+        after = [generate(s.url, **kw).json()["output_ids"] for s in (one, two)]
+        assert after[0] == after[1] != before
+    finally:
+        for srv in (one, two):
+            r = requests.post(srv.url + "/update_weights_from_disk", json={"model_path": original})
+            assert r.json()["success"], r.text
+    assert generate(two.url, **kw).json()["output_ids"] == before
+    two.check_idle_invariant()
+
+
 def test_forced_world_of_one_matches_plain_tp1(tp_servers, tiny_models):
     """--force-distributed runs every collective of the TP path (all-reduce, vocab gather, object
     broadcasts) through torch.distributed with one rank: on the GPU machine this is NCCL on one GPU."""
