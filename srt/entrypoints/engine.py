@@ -11,7 +11,12 @@ import threading
 from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Tuple, Union
 
 from sglang.srt.core.generate_input import GenerateReqInput
-from sglang.srt.core.io_struct.to_scheduler import pause_mode_of, update_weights_of
+from sglang.srt.core.io_struct.to_scheduler import (
+    ProfileReq,
+    pause_mode_of,
+    profile_req_of,
+    update_weights_of,
+)
 from sglang.srt.entrypoints.launcher import launch_subprocesses, resolve_model_paths
 from sglang.srt.managers.tokenizer.tokenizer_manager import TokenizerManager
 from sglang.srt.server_args import ServerArgs
@@ -153,6 +158,18 @@ class Engine:
             )
         )
         return out.success, out.message
+
+    def start_profile(self, **fields: Any) -> None:
+        """torch.profiler over the scheduler's passes; fields: /start_profile's (output_dir, ...)."""
+        self._profile(profile_req_of(fields))
+
+    def stop_profile(self) -> None:
+        self._profile(ProfileReq(start=False))
+
+    def _profile(self, req: ProfileReq) -> None:
+        out = self._call(self.tokenizer_manager.profile(req))
+        if not out.success:
+            raise ValueError(out.message)
 
     def get_model_info(self) -> Dict[str, Any]:
         return {

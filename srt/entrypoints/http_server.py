@@ -20,7 +20,12 @@ from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sglang.srt.core.generate_input import GenerateReqInput
-from sglang.srt.core.io_struct.to_scheduler import pause_mode_of, update_weights_of
+from sglang.srt.core.io_struct.to_scheduler import (
+    ProfileReq,
+    pause_mode_of,
+    profile_req_of,
+    update_weights_of,
+)
 from sglang.srt.entrypoints.api_key import ApiKeyMiddleware
 from sglang.srt.entrypoints.body_limits import BodyLimitMiddleware
 from sglang.srt.entrypoints.errors import (
@@ -35,6 +40,7 @@ from sglang.srt.entrypoints.openapi_docs import (
     DetokenizeBody,
     GenerateBody,
     PauseGenerationBody,
+    StartProfileBody,
     TokenizeBody,
     UpdateWeightsFromDiskBody,
     install_openapi,
@@ -102,6 +108,7 @@ def create_app(state: ServerState) -> FastAPI:
             AbortBody,
             PauseGenerationBody,
             UpdateWeightsFromDiskBody,
+            StartProfileBody,
             TokenizeBody,
             DetokenizeBody,
             CompletionRequest,
@@ -230,6 +237,27 @@ def _add_native_routes(app: FastAPI, state: ServerState) -> None:
         out = await tm().update_weights_from_disk(req, body.get("weight_version"))
         # SGLang's result body, on failure too: clients read `success` and `message`.
         return json_response(dataclasses.asdict(out), 200 if out.success else 400)
+
+    async def start_profile(request: Request):
+        try:
+            req = profile_req_of(await read_json(request) if await request.body() else {})
+        except ValueError as e:
+            return bad_request(str(e))
+        return await _profile_answer(req)
+
+    async def stop_profile():
+        return await _profile_answer(ProfileReq(start=False))
+
+    async def _profile_answer(req: ProfileReq) -> Response:
+        out = await tm().profile(req)
+        if not out.success:
+            return bad_request(out.message)
+        return Response(content=out.message + "\n", status_code=200)
+
+    app.api_route(
+        "/start_profile", methods=["GET", "POST"], openapi_extra=route_doc(StartProfileBody)
+    )(start_profile)
+    app.api_route("/stop_profile", methods=["GET", "POST"])(stop_profile)
 
     @app.post("/continue_generation")
     async def continue_generation():

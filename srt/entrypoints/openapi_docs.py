@@ -77,6 +77,20 @@ class UpdateWeightsFromDiskBody(BaseModel):
     token_step: int = 0
 
 
+class StartProfileBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    output_dir: Optional[str] = None
+    start_step: Optional[int] = None
+    num_steps: Optional[int] = None
+    activities: Optional[List[Literal["CPU", "GPU", "MEM"]]] = None
+    with_stack: Optional[bool] = None
+    record_shapes: Optional[bool] = None
+    profile_by_stage: bool = False
+    merge_profiles: bool = False
+    profile_id: Optional[str] = None
+    profile_prefix: Optional[str] = None
+
+
 class TokenizeBody(BaseModel):
     prompt: Union[str, List[str]]
     add_special_tokens: bool = True

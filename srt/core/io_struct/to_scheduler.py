@@ -102,12 +102,75 @@ def update_weights_of(body: Any) -> UpdateWeightFromDiskReqInput:
     unknown = sorted(set(body) - set(UPDATE_WEIGHTS_FIELDS))
     if unknown:
         raise ValueError(f"Unknown field(s): {', '.join(unknown)}.")
-    for name, value in body.items():
-        types = UPDATE_WEIGHTS_FIELDS[name]
-        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-            raise ValueError(f"`{name}` has the wrong type ({type(value).__name__}).")
+    _check_fields(body, UPDATE_WEIGHTS_FIELDS)
     if not body.get("model_path"):
         raise ValueError("`model_path` must be a non-empty string.")
     return UpdateWeightFromDiskReqInput(
         body["model_path"], body.get("load_format"), body.get("abort_all_requests", False)
+    )
+
+
+PROFILE_ACTIVITIES = ("CPU", "GPU", "MEM")
+
+
+@dataclass
+class ProfileReq:
+    """start: torch.profiler over the scheduler's passes until stop, or for num_steps passes; the
+    trace goes to output_dir as <profile_id>-TP-<rank>.trace.json.gz."""
+
+    start: bool
+    output_dir: Optional[str] = None
+    num_steps: Optional[int] = None
+    activities: Optional[List[str]] = None
+    with_stack: bool = False
+    record_shapes: bool = False
+    profile_id: Optional[str] = None
+
+
+# SGLang's /start_profile fields: name -> the types accepted (profile_by_stage and merge_profiles
+# are accepted and read as their defaults).
+PROFILE_FIELDS = {
+    "output_dir": (str, type(None)),
+    "start_step": (int, type(None)),
+    "num_steps": (int, type(None)),
+    "activities": (list, type(None)),
+    "with_stack": (bool, type(None)),
+    "record_shapes": (bool, type(None)),
+    "profile_by_stage": (bool,),
+    "merge_profiles": (bool,),
+    "profile_id": (str, type(None)),
+    "profile_prefix": (str, type(None)),
+}
+
+
+def _check_fields(body: Any, fields: dict) -> None:
+    for name, value in body.items():
+        types = fields[name]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            raise ValueError(f"`{name}` has the wrong type ({type(value).__name__}).")
+
+
+def profile_req_of(body: Any) -> ProfileReq:
+    """The scheduler's message for a /start_profile body (empty: profile until /stop_profile)."""
+    if not isinstance(body, dict):
+        raise ValueError("The body must be a JSON object.")
+    unknown = sorted(set(body) - set(PROFILE_FIELDS))
+    if unknown:
+        raise ValueError(f"Unknown field(s): {', '.join(unknown)}.")
+    _check_fields(body, PROFILE_FIELDS)
+    acts = body.get("activities")
+    if acts is not None and (not acts or any(a not in PROFILE_ACTIVITIES for a in acts)):
+        raise ValueError(
+            f"`activities` must be a non-empty list of {', '.join(PROFILE_ACTIVITIES)}."
+        )
+    if body.get("num_steps") is not None and body["num_steps"] <= 0:
+        raise ValueError("`num_steps` must be positive.")
+    return ProfileReq(
+        start=True,
+        output_dir=body.get("output_dir"),
+        num_steps=body.get("num_steps"),
+        activities=acts,
+        with_stack=bool(body.get("with_stack")),
+        record_shapes=bool(body.get("record_shapes")),
+        profile_id=body.get("profile_id") or body.get("profile_prefix"),
     )

@@ -48,6 +48,12 @@ class UpdateWeightFromDiskReqOutput:
 
 
 @dataclass
+class ProfileReqOutput:
+    success: bool
+    message: str = ""
+
+
+@dataclass
 class GetInternalStateReqOutput:
     state: Dict[str, Any]
 

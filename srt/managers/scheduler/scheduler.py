@@ -37,6 +37,7 @@ from sglang.srt.core.io_struct.to_scheduler import (
     ContinueGenerationReqInput,
     FlushCacheReqInput,
     PauseGenerationReqInput,
+    ProfileReq,
     UpdateWeightFromDiskReqInput,
 )
 from sglang.srt.core.io_struct.to_tokenizer import (
@@ -64,6 +65,7 @@ from sglang.srt.managers.scheduler.schedule_policy import SchedulePolicy
 from sglang.srt.managers.scheduler.scheduler_input import IntakeConfig, SchedulerIntake
 from sglang.srt.managers.scheduler.scheduler_state import KVPools, LaunchedBatch, SchedulerState
 from sglang.srt.managers.scheduler.scheduler_stats import SchedulerStats, StartupNumbers
+from sglang.srt.managers.scheduler.torch_profiler import PassProfiler
 from sglang.srt.metrics.scheduler_reporter import SchedulerMetricsReporter
 from sglang.srt.model_executor.model_runner import ModelRunner, default_chunked_prefill_size
 from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
@@ -349,6 +351,8 @@ class Scheduler:
         self._last_load: Optional[tuple] = None
         self.forward_ct = 0
         self.paused: Optional[str] = None  # the pause mode while generation is paused
+        rank = f"TP-{self.tp_rank}" + (f"-DP-{self.dp_rank}" if sa.dp_size > 1 else "")
+        self.torch_prof = PassProfiler(rank)
         # A weight update waiting for the running requests to finish (nothing new is admitted).
         self.weight_update: Optional[UpdateWeightFromDiskReqInput] = None
 
@@ -432,6 +436,7 @@ class Scheduler:
             with self.loop_prof.phase("launch"):
                 self.state.in_flight.append(self.launch_batch(batch))
             tree.on_batch_launched()
+            self.torch_prof.on_pass()
         in_flight = self.state.in_flight
         keep = 1 if self.overlap and batch is not None else 0
         while len(in_flight) > keep:
@@ -615,6 +620,8 @@ class Scheduler:
         if isinstance(msg, ContinueGenerationReqInput):
             self.paused = None
             return ContinueGenerationReqOutput("Generation continued.")
+        if isinstance(msg, ProfileReq):
+            return self.torch_prof.handle(msg)
         if isinstance(msg, UpdateWeightFromDiskReqInput):
             if msg.abort_all_requests:
                 self.intake.abort_request(AbortReq(abort_all=True))

@@ -20,6 +20,7 @@ from sglang.srt.core.io_struct.to_scheduler import (
     FlushCacheReqInput,
     GetInternalStateReq,
     PauseGenerationReqInput,
+    ProfileReq,
     TokenizedGenerateReqInput,
     UpdateWeightFromDiskReqInput,
 )
@@ -43,6 +44,7 @@ CONTROL_MESSAGES = (
     PauseGenerationReqInput,
     ContinueGenerationReqInput,
     UpdateWeightFromDiskReqInput,
+    ProfileReq,
 )
 
 

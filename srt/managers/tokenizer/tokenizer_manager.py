@@ -35,6 +35,7 @@ from sglang.srt.core.io_struct.to_scheduler import (
     FlushCacheReqInput,
     GetInternalStateReq,
     PauseGenerationReqInput,
+    ProfileReq,
     TokenizedGenerateReqInput,
     UpdateWeightFromDiskReqInput,
 )
@@ -45,6 +46,7 @@ from sglang.srt.core.io_struct.to_tokenizer import (
     FlushCacheReqOutput,
     GetInternalStateReqOutput,
     PauseGenerationReqOutput,
+    ProfileReqOutput,
     SchedulerMetrics,
     UpdateWeightFromDiskReqOutput,
 )
@@ -69,6 +71,7 @@ CONTROL_REPLIES = (
     PauseGenerationReqOutput,
     ContinueGenerationReqOutput,
     UpdateWeightFromDiskReqOutput,
+    ProfileReqOutput,
 )
 
 
@@ -550,6 +553,14 @@ class TokenizerManager:
         if ok and weight_version is not None:
             self.weight_version = weight_version
         return UpdateWeightFromDiskReqOutput(
+            ok, next((o.message for o in outs if o.success != ok), outs[0].message)
+        )
+
+    async def profile(self, req: ProfileReq) -> ProfileReqOutput:
+        """Start or stop the schedulers' torch profiler (stopping writes the traces)."""
+        outs = await self._control(req, ProfileReqOutput, timeout=300.0)
+        ok = all(o.success for o in outs)
+        return ProfileReqOutput(
             ok, next((o.message for o in outs if o.success != ok), outs[0].message)
         )
 
