@@ -11,12 +11,8 @@ import threading
 from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Tuple, Union
 
 from sglang.srt.core.generate_input import GenerateReqInput
-from sglang.srt.core.io_struct.to_scheduler import (
-    ProfileReq,
-    pause_mode_of,
-    profile_req_of,
-    update_weights_of,
-)
+from sglang.srt.core.io_struct.to_scheduler import ProfileReq
+from sglang.srt.entrypoints.control_bodies import pause_mode_of, profile_req_of, update_weights_of
 from sglang.srt.entrypoints.launcher import launch_subprocesses, resolve_model_paths
 from sglang.srt.managers.tokenizer.tokenizer_manager import TokenizerManager
 from sglang.srt.server_args import ServerArgs
@@ -151,12 +147,10 @@ class Engine:
     ) -> Tuple[bool, str]:
         """Another checkpoint of the same model replaces the weights once the running requests
         finish; returns (success, message). fields: the route's other fields (weight_version, ...)."""
-        body = {"model_path": model_path, "load_format": load_format, **fields}
-        out = self._call(
-            self.tokenizer_manager.update_weights_from_disk(
-                update_weights_of(body), fields.get("weight_version")
-            )
+        req, version = update_weights_of(
+            {"model_path": model_path, "load_format": load_format, **fields}
         )
+        out = self._call(self.tokenizer_manager.update_weights_from_disk(req, version))
         return out.success, out.message
 
     def start_profile(self, **fields: Any) -> None:

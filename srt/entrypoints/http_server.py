@@ -20,14 +20,10 @@ from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sglang.srt.core.generate_input import GenerateReqInput
-from sglang.srt.core.io_struct.to_scheduler import (
-    ProfileReq,
-    pause_mode_of,
-    profile_req_of,
-    update_weights_of,
-)
+from sglang.srt.core.io_struct.to_scheduler import ProfileReq
 from sglang.srt.entrypoints.api_key import ApiKeyMiddleware
 from sglang.srt.entrypoints.body_limits import BodyLimitMiddleware
+from sglang.srt.entrypoints.control_bodies import pause_mode_of, profile_req_of, update_weights_of
 from sglang.srt.entrypoints.errors import (
     ApiError,
     bad_request,
@@ -231,10 +227,10 @@ def _add_native_routes(app: FastAPI, state: ServerState) -> None:
     async def update_weights_from_disk(request: Request):
         try:
             body = await read_json(request)
-            req = update_weights_of(body)
+            req, version = update_weights_of(body)
         except ValueError as e:
             return bad_request(str(e))
-        out = await tm().update_weights_from_disk(req, body.get("weight_version"))
+        out = await tm().update_weights_from_disk(req, version)
         # SGLang's result body, on failure too: clients read `success` and `message`.
         return json_response(dataclasses.asdict(out), 200 if out.success else 400)
 

@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Literal, Optional, Type, Union
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from pydantic import BaseModel, ConfigDict, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from sglang.srt.core.generate_input import GenerateReqInput
 from sglang.srt.core.sampling_params import SamplingParams
@@ -64,8 +64,11 @@ class PauseGenerationBody(BaseModel):
 
 
 class UpdateWeightsFromDiskBody(BaseModel):
+    """Fields the scheduler does not read are accepted as SGLang defines them (the prefix cache is
+    always flushed; loading is synchronous)."""
+
     model_config = ConfigDict(extra="forbid")
-    model_path: str
+    model_path: str = Field(min_length=1)
     load_format: Optional[str] = None
     abort_all_requests: bool = False
     weight_version: Optional[str] = None
@@ -81,8 +84,8 @@ class StartProfileBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     output_dir: Optional[str] = None
     start_step: Optional[int] = None
-    num_steps: Optional[int] = None
-    activities: Optional[List[Literal["CPU", "GPU", "MEM"]]] = None
+    num_steps: Optional[int] = Field(None, gt=0)
+    activities: Optional[List[Literal["CPU", "GPU", "MEM"]]] = Field(None, min_length=1)
     with_stack: Optional[bool] = None
     record_shapes: Optional[bool] = None
     profile_by_stage: bool = False

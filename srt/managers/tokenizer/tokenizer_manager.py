@@ -17,7 +17,7 @@ import functools
 import logging
 import time
 import uuid
-from typing import Any, AsyncIterator, Dict, List, Optional
+from typing import Any, AsyncIterator, Dict, List, Optional, Tuple
 
 import zmq
 import zmq.asyncio
@@ -532,10 +532,7 @@ class TokenizerManager:
 
     async def flush_cache(self) -> FlushCacheReqOutput:
         outs = await self._control(FlushCacheReqInput(), FlushCacheReqOutput)
-        ok = all(o.success for o in outs)
-        return FlushCacheReqOutput(
-            ok, next((o.message for o in outs if o.success != ok), outs[0].message)
-        )
+        return FlushCacheReqOutput(*_verdict(outs))
 
     async def pause_generation(self, mode: str = "abort") -> None:
         """Returns once every replica has paused (see PauseGenerationReqInput for the modes)."""
@@ -549,20 +546,15 @@ class TokenizerManager:
     ) -> UpdateWeightFromDiskReqOutput:
         """Waits for the running requests (every replica), however long loading takes."""
         outs = await self._control(req, UpdateWeightFromDiskReqOutput, timeout=None)
-        ok = all(o.success for o in outs)
+        ok, message = _verdict(outs)
         if ok and weight_version is not None:
             self.weight_version = weight_version
-        return UpdateWeightFromDiskReqOutput(
-            ok, next((o.message for o in outs if o.success != ok), outs[0].message)
-        )
+        return UpdateWeightFromDiskReqOutput(ok, message)
 
     async def profile(self, req: ProfileReq) -> ProfileReqOutput:
         """Start or stop the schedulers' torch profiler (stopping writes the traces)."""
         outs = await self._control(req, ProfileReqOutput, timeout=300.0)
-        ok = all(o.success for o in outs)
-        return ProfileReqOutput(
-            ok, next((o.message for o in outs if o.success != ok), outs[0].message)
-        )
+        return ProfileReqOutput(*_verdict(outs))
 
     async def get_internal_state(self) -> Dict[str, Any]:
         states = [
@@ -619,6 +611,13 @@ class TokenizerManager:
 
     def num_running(self) -> int:
         return len(self.rid_to_state)
+
+
+def _verdict(outs: List[Any]) -> Tuple[bool, str]:
+    """The replicas' answers as one: success if every one succeeded, with the message of one that
+    disagrees with that (the first answer's otherwise)."""
+    ok = all(o.success for o in outs)
+    return ok, next((o.message for o in outs if o.success != ok), outs[0].message)
 
 
 def _ids_only(msg: BatchTokenIDOutput) -> BatchStrOutput:
