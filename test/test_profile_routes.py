@@ -63,6 +63,8 @@ def test_num_steps_ends_the_profile_by_itself(server_url, tmp_path):
         ({"num_steps": "3"}, "num_steps"),
         ({"with_stack": 1}, "with_stack"),
         ({"trace_level": 2}, "trace_level"),
+        ({"profile_id": "../escape"}, "profile_id"),
+        ({"profile_id": "a/b"}, "profile_id"),
         ([], "JSON object"),
     ],
 )
@@ -70,3 +72,16 @@ def test_bad_profile_bodies_are_400(server_url, body, field):
     r = requests.post(server_url + "/start_profile", json=body)
     assert field in assert_error_shape(r, 400, "BadRequestError")["message"]
     assert requests.post(server_url + "/stop_profile").status_code == 400  # nothing started
+
+
+def test_an_unwritable_trace_is_a_400_and_the_server_lives(server_url, tmp_path):
+    """output_dir exists at start and is gone at stop: the export fails, the scheduler does not."""
+    gone = tmp_path / "gone"
+    r = requests.post(server_url + "/start_profile", json={"output_dir": str(gone)})
+    assert r.status_code == 200, r.text
+    gone.rmdir()
+    r = requests.post(server_url + "/stop_profile")
+    assert "failed" in assert_error_shape(r, 400, "BadRequestError")["message"]
+    assert generate(server_url, text="Hi", sampling_params={"max_new_tokens": 2}).ok
+    nul = requests.post(server_url + "/start_profile", json={"output_dir": "/tmp/a\u0000b"})
+    assert nul.status_code == 400

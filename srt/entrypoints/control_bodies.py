@@ -44,6 +44,10 @@ def update_weights_of(body: Any) -> Tuple[UpdateWeightFromDiskReqInput, Optional
 
 def profile_req_of(body: Any) -> ProfileReq:
     b = parse_body(StartProfileBody, body)
+    for name in ("profile_id", "profile_prefix"):
+        value = getattr(b, name)
+        if value is not None and (value in (".", "..") or any(c in value for c in "/\\\0")):
+            raise ValueError(f"`{name}` must be a plain file name (no path separators).")
     return ProfileReq(
         start=True,
         output_dir=b.output_dir,

@@ -42,7 +42,7 @@ class PassProfiler:
         out_dir = req.output_dir or os.environ.get("SGLANG_TORCH_PROFILER_DIR", "/tmp")
         try:
             os.makedirs(out_dir, exist_ok=True)
-        except OSError as e:
+        except (OSError, ValueError) as e:  # ValueError: a NUL in the path
             return ProfileReqOutput(False, f"Cannot write to output_dir {out_dir!r}: {e}")
         name = req.profile_id or f"{time.time():.3f}"
         self.path = os.path.join(out_dir, f"{name}-{self.rank}.trace.json.gz")
@@ -75,6 +75,9 @@ class PassProfiler:
             return ProfileReqOutput(False, "Profiling is not in progress; start it first.")
         prof, self.prof = self.prof, None
         prof.stop()
-        prof.export_chrome_trace(self.path)
+        try:
+            prof.export_chrome_trace(self.path)
+        except Exception as e:  # noqa: BLE001 - a bad path is the client's answer, not a crash
+            return ProfileReqOutput(False, f"Profiling stopped; writing {self.path} failed: {e}")
         logger.info("Profiling stopped; trace written to %s", self.path)
         return ProfileReqOutput(True, f"Stop profiling. The trace is in {self.path}.")
