@@ -52,6 +52,16 @@ def _update(url: str, **body) -> requests.Response:
     return requests.post(url + "/update_weights_from_disk", json=body, timeout=300)
 
 
+def _start_long(server, pool):
+    """A long greedy request, returned once the scheduler runs it."""
+    running = pool.submit(generate, server.url, input_ids=PROMPT, sampling_params=LONG)
+    deadline = time.time() + 60
+    while server.server_info()["num_running_reqs"] == 0:
+        assert time.time() < deadline, "the request never ran"
+        time.sleep(0.02)
+    return running
+
+
 def _greedy_under(path: str, hf_models, out: list) -> bool:
     """Each token of `out` is the argmax of `path`'s HF logits after the tokens before it."""
     with torch.no_grad():
@@ -64,11 +74,7 @@ def test_new_weights_answer_and_a_running_request_ends_on_the_old(server, ckpts,
     ref_a, long_a = _ids(url), _ids(url, LONG)
     assert _greedy_under(ckpts["a"], hf_models, ref_a)
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        running = pool.submit(generate, url, input_ids=PROMPT, sampling_params=LONG)
-        deadline = time.time() + 60
-        while server.server_info()["num_running_reqs"] == 0:
-            assert time.time() < deadline
-            time.sleep(0.02)
+        running = _start_long(server, pool)
         r = _update(url, model_path=ckpts["b"], weight_version="v2")
         assert r.status_code == 200, r.text
         assert r.json()["success"] is True
@@ -85,11 +91,7 @@ def test_new_weights_answer_and_a_running_request_ends_on_the_old(server, ckpts,
 def test_abort_all_requests_ends_them_and_updates_at_once(server, ckpts, hf_models):
     url = server.url
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        running = pool.submit(generate, url, input_ids=PROMPT, sampling_params=LONG)
-        deadline = time.time() + 60
-        while server.server_info()["num_running_reqs"] == 0:
-            assert time.time() < deadline
-            time.sleep(0.02)
+        running = _start_long(server, pool)
         r = _update(url, model_path=ckpts["a"], abort_all_requests=True)
         assert r.status_code == 200 and r.json()["success"], r.text
         assert running.result(60).json()["meta_info"]["finish_reason"]["type"] == "abort"
@@ -132,11 +134,7 @@ def test_rl_loop_pause_update_continue(server, ckpts, hf_models):
     prefilled again and finishes on the new weights."""
     url = server.url
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        running = pool.submit(generate, url, input_ids=PROMPT, sampling_params=LONG)
-        deadline = time.time() + 60
-        while server.server_info()["num_running_reqs"] == 0:
-            assert time.time() < deadline
-            time.sleep(0.02)
+        running = _start_long(server, pool)
         assert requests.post(url + "/pause_generation", json={"mode": "retract"}).ok
         try:
             r = _update(url, model_path=ckpts["b"], weight_version="rl-1")
