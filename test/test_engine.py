@@ -67,3 +67,37 @@ def test_msgpack_wire_format_gives_the_same_results(engine):
     assert [x["output_ids"] for x in a] == [y["output_ids"] for y in b]
     assert s[-1]["output_ids"] == b[0]["output_ids"]
     assert len(s[-1]["meta_info"]["output_token_logprobs"]) == SP["max_new_tokens"]
+
+
+def test_engine_control_methods(engine, tiny_models, tmp_path):
+    """pause / continue, a weight update (the same checkpoint again, and a refused one), and a
+    profile, in-process."""
+    ref = engine.generate(PROMPTS[0], SP)["output_ids"]
+
+    async def paused_then_continued():
+        engine.pause_generation("in_place")
+        task = asyncio.ensure_future(engine.async_generate(PROMPTS[0], SP))
+        await asyncio.sleep(0.5)
+        waiting = engine.get_server_info()["num_waiting_reqs"]
+        done_while_paused = task.done()
+        engine.continue_generation()
+        return waiting, done_while_paused, (await task)["output_ids"]
+
+    waiting, done_while_paused, out = asyncio.run(paused_then_continued())
+    assert (waiting, done_while_paused, out) == (1, False, ref)
+
+    path = engine.get_server_info()["model_path"]
+    assert engine.update_weights_from_disk(path, weight_version="same")[0]
+    again = engine.generate(PROMPTS[0], SP)
+    assert again["output_ids"] == ref and again["meta_info"]["weight_version"] == "same"
+    ok, message = engine.update_weights_from_disk(tiny_models["llama"])
+    assert not ok and "not the same model" in message
+    with pytest.raises(ValueError, match="model_path"):
+        engine.update_weights_from_disk("")
+
+    engine.start_profile(output_dir=str(tmp_path), profile_id="engine")
+    engine.generate(PROMPTS[1], SP)
+    engine.stop_profile()
+    assert (tmp_path / "engine-TP-0.trace.json.gz").stat().st_size > 0
+    with pytest.raises(ValueError, match="not in progress"):
+        engine.stop_profile()
