@@ -33,23 +33,18 @@ from sglang.srt.core.io_struct.ipc import make_socket, send_obj
 from sglang.srt.core.io_struct.to_dp_controller import DPLoad
 from sglang.srt.core.io_struct.to_launcher import SchedulerReady
 from sglang.srt.core.io_struct.to_scheduler import (
-    AbortReq,
-    ContinueGenerationReqInput,
     FlushCacheReqInput,
-    PauseGenerationReqInput,
     ProfileReq,
-    UpdateWeightFromDiskReqInput,
 )
 from sglang.srt.core.io_struct.to_tokenizer import (
-    ContinueGenerationReqOutput,
     FlushCacheReqOutput,
     GetInternalStateReqOutput,
-    PauseGenerationReqOutput,
-    UpdateWeightFromDiskReqOutput,
 )
 from sglang.srt.core.req import Req
 from sglang.srt.distributed.init import init_distributed
 from sglang.srt.distributed.parallel_state import tp_min_int
+from sglang.srt.managers.scheduler.generation_control import MESSAGES as GENERATION_MESSAGES
+from sglang.srt.managers.scheduler.generation_control import GenerationControl
 from sglang.srt.managers.scheduler.grammar_queue import GrammarQueue
 from sglang.srt.managers.scheduler.invariant_checker import InvariantChecker
 from sglang.srt.managers.scheduler.loop_profiler import LoopProfiler
@@ -350,11 +345,9 @@ class Scheduler:
         self.streamer.report_cache_tiers = sa.enable_hierarchical_cache
         self._last_load: Optional[tuple] = None
         self.forward_ct = 0
-        self.paused: Optional[str] = None  # the pause mode while generation is paused
         rank = f"TP-{self.tp_rank}" + (f"-DP-{self.dp_rank}" if sa.dp_size > 1 else "")
         self.torch_prof = PassProfiler(rank)
-        # A weight update waiting for the running requests to finish (nothing new is admitted).
-        self.weight_update: Optional[UpdateWeightFromDiskReqInput] = None
+        self.generation = GenerationControl(self)
 
     def _spec_decoder(self):
         from sglang.srt.configs.sections import SpecSection
@@ -419,7 +412,7 @@ class Scheduler:
                     self.intake.recv_and_process_requests(block=True, wait_ms=BACKGROUND_POLL_MS)
                 else:
                     # Paused: nothing runs until a message arrives (continue, abort, requests).
-                    idle = self._is_fully_idle() or self.paused is not None
+                    idle = self._is_fully_idle() or self.generation.paused is not None
                     self.intake.recv_and_process_requests(block=idle)
             self.step()
             if self.sockets.send_load is not None:
@@ -449,23 +442,24 @@ class Scheduler:
 
     def get_next_batch_to_run(self) -> Optional[ScheduleBatch]:
         self._merge_last_prefill()
-        self._finish_aborted_running()
-        if self.weight_update is not None and self._holds_no_kv():
-            self._update_weights()
-        if self.paused is not None:
+        self.finish_aborted_running()
+        gen = self.generation
+        if gen.ready_to_update():
+            gen.update_weights()
+        if gen.paused is not None:
             return None
-        batch = self.prefill.build(self.ratio.value, admit=self.weight_update is None)
+        batch = self.prefill.build(self.ratio.value, admit=gen.weight_update is None)
         if batch is not None:
             return batch
         if self.state.running_batch.is_empty():
             return None
         if self.spec is not None:
             # Drafts are planned from every token so far: the passes in flight finish first.
-            self._process_in_flight()
+            self.process_in_flight()
             return self.spec.update_running_batch()
         return self.decode.update_running_batch()
 
-    def _process_in_flight(self) -> None:
+    def process_in_flight(self) -> None:
         while self.state.in_flight:
             self.results.process_batch_result(self.state.in_flight.popleft())
 
@@ -509,7 +503,7 @@ class Scheduler:
             # Grammars and penalties need every accepted token: the forward runs while the previous
             # results are processed, and the masks / penalty counts are built just before sampling.
             handle = self.launcher.launch_forward(fb)
-            self._process_in_flight()
+            self.process_in_flight()
         with self.loop_prof.phase("l.info"):
             vocab = self.model_config.vocab_size
             if batch.forward_mode.is_decode():
@@ -554,7 +548,16 @@ class Scheduler:
         else:
             state.running_batch.merge(lb)
 
-    def _finish_aborted_running(self) -> None:
+    def settle_passes(self) -> None:
+        """Every launched pass processed and the last prefill merged: a state generation can stop
+        in (a pause)."""
+        self._merge_last_prefill()
+        self.state.last_batch = None  # merged: the next iteration must not merge it again
+        self.process_in_flight()
+        if self.spec is not None:
+            self.spec.flush_outputs(self.results)
+
+    def finish_aborted_running(self) -> None:
         """Requests aborted while running finish here, through the normal release path."""
         state = self.state
         victims = [r for r in state.running_batch.reqs if r.aborting()]
@@ -614,80 +617,16 @@ class Scheduler:
     def _answer_control(self, msg: Any) -> Any:
         if isinstance(msg, FlushCacheReqInput):
             return FlushCacheReqOutput(*self.flush_cache())
-        if isinstance(msg, PauseGenerationReqInput):
-            self.pause_generation(msg.mode)
-            return PauseGenerationReqOutput(f"Generation paused ({msg.mode}).")
-        if isinstance(msg, ContinueGenerationReqInput):
-            self.paused = None
-            return ContinueGenerationReqOutput("Generation continued.")
+        if isinstance(msg, GENERATION_MESSAGES):
+            return self.generation.answer(msg)
         if isinstance(msg, ProfileReq):
             return self.torch_prof.handle(msg)
-        if isinstance(msg, UpdateWeightFromDiskReqInput):
-            if msg.abort_all_requests:
-                self.intake.abort_request(AbortReq(abort_all=True))
-            self.weight_update = msg
-            return None  # answered by _update_weights
         return GetInternalStateReqOutput(self.internal_state())
-
-    def _holds_no_kv(self) -> bool:
-        """No request holds KV or has a pass in flight (waiting ones hold nothing)."""
-        if self.state.in_flight and all(r.finished() for r in self.state.running_batch.reqs):
-            self._process_in_flight()  # the overlap loop's last pass may be the one that ends them
-        st = self.state
-        return (
-            not st.in_flight
-            and st.chunked_req is None
-            and all(r.finished() for r in st.running_batch.reqs)
-        )
-
-    def _update_weights(self) -> None:
-        msg, self.weight_update = self.weight_update, None
-        try:
-            self.model_runner.update_weights_from_disk(msg.model_path, msg.load_format)
-        except Exception as e:  # noqa: BLE001 - any failure is the client's answer, not a crash
-            out = UpdateWeightFromDiskReqOutput(False, f"Failed to update weights: {e}")
-        else:
-            # The cached prefixes were computed with the old weights.
-            self.state.running_batch.filter_batch()
-            self.pools.tree_cache.reset()
-            self.pools.allocator.clear()
-            self.pools.req_to_token_pool.clear()
-            out = UpdateWeightFromDiskReqOutput(True, f"Weights updated from {msg.model_path}.")
-        logger.info(out.message)
-        self.intake.reply(out)
-
-    def pause_generation(self, mode: str) -> None:
-        """No pass is launched until generation continues; requests still arrive and wait. The passes
-        in flight finish first, so no request is left between a launch and its result."""
-        self._merge_last_prefill()
-        self.state.last_batch = None  # merged: the next iteration must not merge it again
-        self._process_in_flight()
-        if self.spec is not None:
-            self.spec.flush_outputs(self.results)
-        if mode == "abort":
-            self.intake.abort_request(AbortReq(abort_all=True))
-        self._finish_aborted_running()
-        if mode == "retract":
-            self._retract_all()
-        self.paused = mode
-
-    def _retract_all(self) -> None:
-        state = self.state
-        back = state.running_batch.retract_all()
-        if state.chunked_req is not None:
-            state.running_batch.retract_req(state.chunked_req)
-            back.append(state.chunked_req)
-            state.chunked_req = None
-        state.waiting_queue.extend(back)
-        if back:
-            logger.info("Pause: %d requests retracted to the waiting queue.", len(back))
 
     def flush_cache(self) -> tuple:
         if not self._is_fully_idle():
             return False, "Cache not flushed: there are running or waiting requests."
-        self.pools.tree_cache.reset()
-        self.pools.allocator.clear()
-        self.pools.req_to_token_pool.clear()
+        self.pools.clear_all()
         return True, "Cache flushed."
 
     def internal_state(self) -> dict:
@@ -706,7 +645,7 @@ class Scheduler:
             "quantization": self.model_runner.quantization_name(),
             "num_running_reqs": state.running_batch.batch_size(),
             "num_waiting_reqs": len(state.waiting_queue),
-            "paused": self.paused,
+            "paused": self.generation.paused,
             "token_usage": pools.token_usage(),
             "num_used_tokens": pools.used_tokens(),
             "last_gen_throughput": stats.last_gen_throughput,

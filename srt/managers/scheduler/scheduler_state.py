@@ -35,6 +35,12 @@ class KVPools:
             req, self.tree_cache, self.req_to_token_pool, self.allocator, is_insert=is_insert
         )
 
+    def clear_all(self) -> None:
+        """Empty the tree and free every slot and row: only when no request holds KV."""
+        self.tree_cache.reset()
+        self.allocator.clear()
+        self.req_to_token_pool.clear()
+
     def used_tokens(self) -> int:
         return (
             self.max_total_num_tokens
