@@ -281,6 +281,11 @@ class ServerArgs:
         ATTENTION_BACKENDS,
     )
     disable_cuda_graph: bool = _f(False, "Run decode eagerly instead of replaying CUDA graphs.")
+    enable_weights_cpu_backup: bool = _f(
+        False,
+        "Keep a host copy of the weights while /release_memory_occupation has freed them, and put "
+        "it back on resume (otherwise they come back zeroed, for the trainer to send).",
+    )
     cuda_graph_max_bs: Optional[int] = _f(None, "Largest decode batch captured in a CUDA graph.")
     skinny_matmul: str = _f(
         "auto",

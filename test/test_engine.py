@@ -101,3 +101,30 @@ def test_engine_control_methods(engine, tiny_models, tmp_path):
     assert (tmp_path / "engine-TP-0.trace.json.gz").stat().st_size > 0
     with pytest.raises(ValueError, match="not in progress"):
         engine.stop_profile()
+
+
+def test_engine_weight_sync_methods(engine):
+    """update_weights_from_tensor hands CPU tensors over by shared memory (torch's default
+    file-descriptor strategy: the schedulers share the Engine's authkey); get_weights_by_name
+    reads them back."""
+    import torch
+
+    ref = engine.generate(PROMPTS[0], SP)["output_ids"]
+    name = "model.norm.weight"
+    norm = torch.tensor(engine.get_weights_by_name(name, truncate_size=100_000))
+    assert norm.dim() == 1 and norm.numel() > 100
+    assert torch.equal(torch.tensor(engine.get_weights_by_name(name)), norm[:100])
+    flipped = norm.flip(0)  # a uniform scale would leave every argmax as it was
+    assert engine.update_weights_from_tensor([(name, flipped)], weight_version="flipped") == (
+        True,
+        "Updated 1 tensors.",
+    )
+    assert torch.equal(torch.tensor(engine.get_weights_by_name(name, 100_000)), flipped)
+    out = engine.generate(PROMPTS[0], SP)
+    assert out["meta_info"]["weight_version"] == "flipped" and out["output_ids"] != ref
+    ok, message = engine.update_weights_from_tensor([("model.nope", norm)])
+    assert not ok and "model.nope" in message
+    assert engine.update_weights_from_tensor([(name, norm)], weight_version="default")[0]
+    assert engine.generate(PROMPTS[0], SP)["output_ids"] == ref
+    with pytest.raises(ValueError, match="no weight"):
+        engine.get_weights_by_name("model.nope")

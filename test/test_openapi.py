@@ -44,7 +44,13 @@ def test_every_post_route_documents_its_body(server_url):
 
 # ---------------------------------------------------------------------------- fuzzing from the spec
 # PUT routes are the same handlers as their POST twins: fuzzing them again only costs time.
-schema = schemathesis.pytest.from_fixture("openapi_schema").exclude(method="PUT")
+# /init_weights_update_group with a valid body waits (minutes) for a trainer that never comes;
+# test_weight_sync drives it with one.
+schema = (
+    schemathesis.pytest.from_fixture("openapi_schema")
+    .exclude(method="PUT")
+    .exclude(path="/init_weights_update_group")
+)
 
 
 # Only the fuzzing phase, bounded by max_examples below: the coverage phase alone sends hundreds of
@@ -105,5 +111,9 @@ def test_bodies_generated_from_the_spec_never_get_a_5xx(case, default_server):
         requests.post(default_server.url + "/continue_generation", timeout=60).raise_for_status()
     if case.path == "/start_profile":  # a profile left running would grow without end
         requests.post(default_server.url + "/stop_profile", timeout=60)
+    if case.path == "/update_weight_version":  # later tests read the default label
+        requests.post(
+            default_server.url + "/update_weight_version", json={"new_version": "default"}
+        )
     assert r.status_code < 500, (case.method, case.path, case.body, r.status_code, r.text[:500])
     assert default_server.alive()

@@ -132,6 +132,47 @@ def test_tp2_weight_update_matches_tp1(tp_servers, tmp_path):
     two.check_idle_invariant()
 
 
+def test_tp2_weights_read_back_whole_and_tensor_updates_match_tp1(tp_servers, tiny_models):
+    """get_weights_by_name gathers both ranks' shards (column, row, merged, vocabulary-parallel);
+    a tensor update reaches both ranks' shards."""
+    import base64
+    import pickle
+
+    from safetensors.torch import load_file
+
+    one, two = tp_servers
+    ckpt = load_file(os.path.join(tiny_models["llama"], "model.safetensors"))
+    names = [
+        "model.embed_tokens.weight",
+        "lm_head.weight",
+        "model.layers.0.self_attn.q_proj.weight",
+        "model.layers.0.self_attn.k_proj.weight",
+        "model.layers.0.self_attn.v_proj.weight",
+        "model.layers.0.self_attn.o_proj.weight",
+        "model.layers.1.mlp.up_proj.weight",
+        "model.layers.1.mlp.down_proj.weight",
+        "model.norm.weight",
+    ]
+    for name in names:
+        r = requests.post(two.url + "/get_weights_by_name", json={"name": name, "truncate_size": 7})
+        assert torch.equal(torch.tensor(r.json()), ckpt[name][:7]), name
+    kw = dict(text=f"Sync: {TEXT}", sampling_params={"max_new_tokens": 12, "temperature": 0})
+    before = generate(two.url, **kw).json()["output_ids"]
+    # Swap two layers' attention projections: both ranks must take their shard of each.
+    swap = [(n, ckpt[n.replace("layers.0", "layers.1")]) for n in names[2:6]]
+    undo = [(n, ckpt[n]) for n in names[2:6]]
+    for named in (swap, undo):
+        body = {"serialized_named_tensors": [base64.b64encode(pickle.dumps(named)).decode()]}
+        for srv in (one, two):
+            r = requests.post(srv.url + "/update_weights_from_tensor", json=body, timeout=120)
+            assert r.status_code == 200 and r.json()["success"], r.text
+        if named is swap:
+            after = [generate(s.url, **kw).json()["output_ids"] for s in (one, two)]
+            assert after[0] == after[1] != before
+    assert generate(two.url, **kw).json()["output_ids"] == before
+    two.check_idle_invariant()
+
+
 def test_forced_world_of_one_matches_plain_tp1(tp_servers, tiny_models):
     """--force-distributed runs every collective of the TP path (all-reduce, vocab gather, object
     broadcasts) through torch.distributed with one rank: on the GPU machine this is NCCL on one GPU."""

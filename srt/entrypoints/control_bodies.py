@@ -1,18 +1,34 @@
-"""The control routes' bodies (/pause_generation, /update_weights_from_disk, /start_profile): checked
+"""The control routes' bodies (/pause_generation, the weight routes, /start_profile): checked
 strictly against their documented models (openapi_docs: the spec is the validator) and turned into
 the scheduler's messages. The Engine methods take the same fields."""
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple, Type, TypeVar
+from typing import Any, List, Optional, Tuple, Type, TypeVar
 
+import torch
 from pydantic import BaseModel, ValidationError
 
-from sglang.srt.core.io_struct.to_scheduler import ProfileReq, UpdateWeightFromDiskReqInput
+from sglang.srt.core.io_struct.to_scheduler import (
+    DestroyWeightsUpdateGroupReqInput,
+    GetWeightsByNameReqInput,
+    InitWeightsUpdateGroupReqInput,
+    ProfileReq,
+    UpdateWeightFromDiskReqInput,
+    UpdateWeightsFromDistributedReqInput,
+    UpdateWeightsFromTensorReqInput,
+)
 from sglang.srt.entrypoints.openapi_docs import (
+    DestroyWeightsUpdateGroupBody,
+    GetWeightsByNameBody,
+    InitWeightsUpdateGroupBody,
+    MemoryOccupationBody,
     PauseGenerationBody,
     StartProfileBody,
     UpdateWeightsFromDiskBody,
+    UpdateWeightsFromDistributedBody,
+    UpdateWeightsFromTensorBody,
+    UpdateWeightVersionBody,
 )
 
 M = TypeVar("M", bound=BaseModel)
@@ -40,6 +56,56 @@ def update_weights_of(body: Any) -> Tuple[UpdateWeightFromDiskReqInput, Optional
     return UpdateWeightFromDiskReqInput(b.model_path, b.load_format, b.abort_all_requests), (
         b.weight_version
     )
+
+
+def tensor_update_of(body: Any) -> Tuple[UpdateWeightsFromTensorReqInput, Optional[str]]:
+    """Payloads stay as sent (base64 text or bytes); the scheduler rank that uses one decodes it."""
+    b = parse_body(UpdateWeightsFromTensorBody, body)
+    req = UpdateWeightsFromTensorReqInput(
+        list(b.serialized_named_tensors), b.load_format, b.flush_cache, b.abort_all_requests
+    )
+    return req, b.weight_version
+
+
+def distributed_update_of(
+    body: Any,
+) -> Tuple[UpdateWeightsFromDistributedReqInput, Optional[str]]:
+    b = parse_body(UpdateWeightsFromDistributedBody, body)
+    if not len(b.names) == len(b.dtypes) == len(b.shapes):
+        raise ValueError("`names`, `dtypes` and `shapes` must have the same length.")
+    for d in b.dtypes:
+        if not isinstance(getattr(torch, d.removeprefix("torch."), None), torch.dtype):
+            raise ValueError(f"`dtypes`: {d!r} is not a torch dtype.")
+    req = UpdateWeightsFromDistributedReqInput(
+        b.names, b.dtypes, b.shapes, b.group_name, b.flush_cache, b.abort_all_requests
+    )
+    return req, b.weight_version
+
+
+def init_group_of(body: Any) -> InitWeightsUpdateGroupReqInput:
+    b = parse_body(InitWeightsUpdateGroupBody, body)
+    return InitWeightsUpdateGroupReqInput(**b.model_dump())
+
+
+def destroy_group_of(body: Any) -> DestroyWeightsUpdateGroupReqInput:
+    return DestroyWeightsUpdateGroupReqInput(
+        parse_body(DestroyWeightsUpdateGroupBody, body).group_name
+    )
+
+
+def get_weights_of(body: Any) -> GetWeightsByNameReqInput:
+    b = parse_body(GetWeightsByNameBody, body)
+    return GetWeightsByNameReqInput(b.name, b.truncate_size)
+
+
+def memory_tags_of(body: Any) -> Optional[List[str]]:
+    return parse_body(MemoryOccupationBody, body).tags
+
+
+def weight_version_of(body: Any) -> Tuple[str, bool]:
+    """(new_version, abort_all_requests)."""
+    b = parse_body(UpdateWeightVersionBody, body)
+    return b.new_version, b.abort_all_requests
 
 
 def profile_req_of(body: Any) -> ProfileReq:

@@ -8,14 +8,31 @@ import asyncio
 import atexit
 import logging
 import threading
-from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import torch
 
 from sglang.srt.core.generate_input import GenerateReqInput
-from sglang.srt.core.io_struct.to_scheduler import ProfileReq
-from sglang.srt.entrypoints.control_bodies import pause_mode_of, profile_req_of, update_weights_of
+from sglang.srt.core.io_struct.to_scheduler import (
+    ProfileReq,
+    ReleaseMemoryOccupationReqInput,
+    ResumeMemoryOccupationReqInput,
+)
+from sglang.srt.entrypoints.control_bodies import (
+    destroy_group_of,
+    distributed_update_of,
+    get_weights_of,
+    init_group_of,
+    memory_tags_of,
+    pause_mode_of,
+    profile_req_of,
+    tensor_update_of,
+    update_weights_of,
+)
 from sglang.srt.entrypoints.launcher import launch_subprocesses, resolve_model_paths
 from sglang.srt.managers.tokenizer.tokenizer_manager import TokenizerManager
 from sglang.srt.server_args import ServerArgs
+from sglang.srt.utils.tensor_serializer import MultiprocessingSerializer
 
 logger = logging.getLogger(__name__)
 
@@ -147,11 +164,98 @@ class Engine:
     ) -> Tuple[bool, str]:
         """Another checkpoint of the same model replaces the weights once the running requests
         finish; returns (success, message). fields: the route's other fields (weight_version, ...)."""
-        req, version = update_weights_of(
-            {"model_path": model_path, "load_format": load_format, **fields}
+        return self._update(
+            update_weights_of({"model_path": model_path, "load_format": load_format, **fields})
         )
-        out = self._call(self.tokenizer_manager.update_weights_from_disk(req, version))
-        return out.success, out.message
+
+    def update_weights_from_tensor(
+        self,
+        named_tensors: Sequence[Tuple[str, torch.Tensor]],
+        load_format: Optional[str] = None,
+        flush_cache: bool = True,
+        **fields: Any,
+    ) -> Tuple[bool, str]:
+        """Some or all weights from (checkpoint name, tensor) pairs, handed to the schedulers as
+        shared memory (CUDA IPC for CUDA tensors), not copied through the sockets."""
+        payload = MultiprocessingSerializer.serialize(list(named_tensors), output_str=True)
+        body = {
+            "serialized_named_tensors": [payload],
+            "load_format": load_format,
+            "flush_cache": flush_cache,
+            **fields,
+        }
+        return self._update(tensor_update_of(body))
+
+    def init_weights_update_group(
+        self,
+        master_address: str,
+        master_port: int,
+        rank_offset: int,
+        world_size: int,
+        group_name: str = "weight_update_group",
+        backend: str = "nccl",
+    ) -> Tuple[bool, str]:
+        """Join a trainer's process group (returns once the trainer has joined too)."""
+        req = init_group_of(
+            {
+                "master_address": master_address,
+                "master_port": master_port,
+                "rank_offset": rank_offset,
+                "world_size": world_size,
+                "group_name": group_name,
+                "backend": backend,
+            }
+        )
+        return self._call(self.tokenizer_manager.weights_update_group(req), timeout=None)
+
+    def destroy_weights_update_group(
+        self, group_name: str = "weight_update_group"
+    ) -> Tuple[bool, str]:
+        req = destroy_group_of({"group_name": group_name})
+        return self._call(self.tokenizer_manager.weights_update_group(req))
+
+    def update_weights_from_distributed(
+        self,
+        names: Sequence[str],
+        dtypes: Sequence[Union[str, torch.dtype]],
+        shapes: Sequence[Sequence[int]],
+        group_name: str = "weight_update_group",
+        flush_cache: bool = True,
+        **fields: Any,
+    ) -> Tuple[bool, str]:
+        """Receive these tensors by broadcast from the group's rank 0 (the trainer broadcasts them
+        in this order meanwhile) once the running requests finish."""
+        body = {
+            "names": list(names),
+            "dtypes": [str(d).removeprefix("torch.") for d in dtypes],
+            "shapes": [list(x) for x in shapes],
+            "group_name": group_name,
+            "flush_cache": flush_cache,
+            **fields,
+        }
+        return self._update(distributed_update_of(body))
+
+    def get_weights_by_name(self, name: str, truncate_size: int = 100) -> list:
+        """The checkpoint tensor `name` as served (first truncate_size rows, nested lists)."""
+        req = get_weights_of({"name": name, "truncate_size": truncate_size})
+        out = self._call(self.tokenizer_manager.get_weights_by_name(req))
+        if out.parameter is None:
+            raise ValueError(out.message)
+        return out.parameter
+
+    def release_memory_occupation(self, tags: Optional[List[str]] = None) -> Tuple[bool, str]:
+        """Free the device memory of "weights", "kv_cache", "cuda_graph" (None: all) while no
+        request holds KV; nothing runs until resumed."""
+        req = ReleaseMemoryOccupationReqInput(memory_tags_of({"tags": tags}))
+        return self._call(self.tokenizer_manager.memory_occupation(req))
+
+    def resume_memory_occupation(self, tags: Optional[List[str]] = None) -> Tuple[bool, str]:
+        req = ResumeMemoryOccupationReqInput(memory_tags_of({"tags": tags}))
+        return self._call(self.tokenizer_manager.memory_occupation(req))
+
+    def _update(self, parsed: Tuple[Any, Optional[str]]) -> Tuple[bool, str]:
+        req, version = parsed
+        return self._call(self.tokenizer_manager.update_weights(req, version), timeout=None)
 
     def start_profile(self, **fields: Any) -> None:
         """torch.profiler over the scheduler's passes; fields: /start_profile's (output_dir, ...)."""

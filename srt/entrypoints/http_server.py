@@ -23,7 +23,7 @@ from sglang.srt.core.generate_input import GenerateReqInput
 from sglang.srt.core.io_struct.to_scheduler import ProfileReq
 from sglang.srt.entrypoints.api_key import ApiKeyMiddleware
 from sglang.srt.entrypoints.body_limits import BodyLimitMiddleware
-from sglang.srt.entrypoints.control_bodies import pause_mode_of, profile_req_of, update_weights_of
+from sglang.srt.entrypoints.control_bodies import pause_mode_of, profile_req_of
 from sglang.srt.entrypoints.errors import (
     ApiError,
     bad_request,
@@ -38,7 +38,6 @@ from sglang.srt.entrypoints.openapi_docs import (
     PauseGenerationBody,
     StartProfileBody,
     TokenizeBody,
-    UpdateWeightsFromDiskBody,
     install_openapi,
     route_doc,
 )
@@ -50,6 +49,8 @@ from sglang.srt.entrypoints.server_state import (
     start_stream,
 )
 from sglang.srt.entrypoints.streaming import ServerStream
+from sglang.srt.entrypoints.weight_routes import BODIES as WEIGHT_BODIES
+from sglang.srt.entrypoints.weight_routes import add_weight_routes
 from sglang.srt.managers.tokenizer.request_state import GenerateError
 from sglang.srt.managers.tokenizer.tokenizer_manager import TokenizerManager
 
@@ -93,6 +94,7 @@ def create_app(state: ServerState) -> FastAPI:
 
     add_openai_routes(app, state)
     add_parser_routes(app, state)
+    add_weight_routes(app, state)
     if sa.enable_metrics:
         from sglang.srt.entrypoints.metrics_route import add_metrics_route
 
@@ -103,7 +105,7 @@ def create_app(state: ServerState) -> FastAPI:
             GenerateBody,
             AbortBody,
             PauseGenerationBody,
-            UpdateWeightsFromDiskBody,
+            *WEIGHT_BODIES,
             StartProfileBody,
             TokenizeBody,
             DetokenizeBody,
@@ -222,17 +224,6 @@ def _add_native_routes(app: FastAPI, state: ServerState) -> None:
             return bad_request(str(e))
         await tm().pause_generation(mode)
         return {"message": "Generation paused successfully.", "status": "ok"}
-
-    @app.post("/update_weights_from_disk", openapi_extra=route_doc(UpdateWeightsFromDiskBody))
-    async def update_weights_from_disk(request: Request):
-        try:
-            body = await read_json(request)
-            req, version = update_weights_of(body)
-        except ValueError as e:
-            return bad_request(str(e))
-        out = await tm().update_weights_from_disk(req, version)
-        # SGLang's result body, on failure too: clients read `success` and `message`.
-        return json_response(dataclasses.asdict(out), 200 if out.success else 400)
 
     async def start_profile(request: Request):
         try:

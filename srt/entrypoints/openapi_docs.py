@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from typing import Any, Dict, List, Literal, Optional, Type, Union
+from typing import Annotated, Any, Dict, List, Literal, Optional, Type, Union
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
@@ -78,6 +78,68 @@ class UpdateWeightsFromDiskBody(BaseModel):
     keep_pause: bool = False
     recapture_cuda_graph: bool = False
     token_step: int = 0
+
+
+class UpdateWeightsFromTensorBody(BaseModel):
+    """serialized_named_tensors: base64 MultiprocessingSerializer payloads (sglang.srt.utils), one
+    per tensor-parallel rank or one for all. Only torch's tensor constructors are unpickled."""
+
+    model_config = ConfigDict(extra="forbid")
+    serialized_named_tensors: List[str] = Field(min_length=1)
+    load_format: Optional[Literal["auto", "direct"]] = None
+    flush_cache: bool = True
+    abort_all_requests: bool = False
+    weight_version: Optional[str] = None
+    disable_draft_model: Optional[bool] = None
+    torch_empty_cache: bool = False
+
+
+class InitWeightsUpdateGroupBody(BaseModel):
+    """The trainer is rank 0 and broadcasts; this server's ranks are rank_offset + 0, 1, ..."""
+
+    model_config = ConfigDict(extra="forbid")
+    master_address: str = Field(min_length=1)
+    master_port: int = Field(ge=1, le=65535)
+    rank_offset: int = Field(ge=1)
+    world_size: int = Field(ge=2)
+    group_name: str = Field("weight_update_group", min_length=1)
+    backend: Literal["nccl", "gloo"] = "nccl"
+
+
+class DestroyWeightsUpdateGroupBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    group_name: str = Field("weight_update_group", min_length=1)
+
+
+class UpdateWeightsFromDistributedBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    names: List[str] = Field(min_length=1)
+    dtypes: List[str] = Field(min_length=1)
+    shapes: List[List[Annotated[int, Field(ge=0)]]] = Field(min_length=1)
+    group_name: str = Field("weight_update_group", min_length=1)
+    flush_cache: bool = True
+    abort_all_requests: bool = False
+    weight_version: Optional[str] = None
+    load_format: Optional[Literal["auto"]] = None
+
+
+class GetWeightsByNameBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1)
+    truncate_size: int = Field(100, ge=1)
+
+
+class MemoryOccupationBody(BaseModel):
+    """tags: which memory (all of it when absent)."""
+
+    model_config = ConfigDict(extra="forbid")
+    tags: Optional[List[Literal["weights", "kv_cache", "cuda_graph"]]] = None
+
+
+class UpdateWeightVersionBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    new_version: str = Field(min_length=1)
+    abort_all_requests: bool = False
 
 
 class StartProfileBody(BaseModel):

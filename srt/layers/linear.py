@@ -60,9 +60,20 @@ class Placement(NamedTuple):
 
 
 def load_placed(param: torch.Tensor, loaded: torch.Tensor, where: Placement) -> None:
-    param.data.narrow(where.dim, where.dst, where.size).copy_(
-        loaded.narrow(where.dim, where.src, where.size)
-    )
+    dst = param.data.narrow(where.dim, where.dst, where.size)
+    if loaded.dim() != dst.dim() or loaded.shape[where.dim] < where.src + where.size:
+        raise ValueError(f"a checkpoint tensor of shape {tuple(loaded.shape)} cannot fill {where}")
+    src = loaded.narrow(where.dim, where.src, where.size)
+    if src.shape != dst.shape:  # copy_ would broadcast a wrong shape silently
+        raise ValueError(f"checkpoint shard {tuple(src.shape)} does not fit {tuple(dst.shape)}")
+    dst.copy_(src)
+
+
+def load_whole(param: torch.Tensor, loaded: torch.Tensor, shard_id: Any = None) -> None:
+    """A replicated tensor (every rank holds all of it)."""
+    if loaded.shape != param.shape:
+        raise ValueError(f"checkpoint {tuple(loaded.shape)} does not fit {tuple(param.shape)}")
+    param.data.copy_(loaded)
 
 
 class LinearBase(nn.Module):
@@ -181,7 +192,7 @@ class RowParallelLinear(LinearBase):
         self.weight.weight_loader = self.weight_loader
         self.bias = _param(output_size) if bias else None
         if self.bias is not None:
-            self.bias.weight_loader = lambda p, w, s=None: p.data.copy_(w)
+            self.bias.weight_loader = load_whole
 
     def placement(self, shard_id: Optional[Union[str, int]] = None) -> Placement:
         n = self.input_size_per_rank

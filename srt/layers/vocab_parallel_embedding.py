@@ -42,6 +42,11 @@ class VocabParallelEmbedding(nn.Module):
         self, param: nn.Parameter, loaded: torch.Tensor, shard_id: Optional[str] = None
     ) -> None:
         n = self.end - self.start
+        if loaded.dim() != 2 or loaded.shape[0] < self.end or loaded.shape[1] != param.shape[1]:
+            raise ValueError(
+                f"checkpoint embedding {tuple(loaded.shape)} does not fit "
+                f"{(self.num_embeddings, param.shape[1])}"
+            )
         if n < self.per_rank:
             param.data[n:].zero_()
         param.data[:n].copy_(loaded[self.start : self.end])

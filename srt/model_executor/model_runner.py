@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
 import psutil
 import torch
@@ -19,6 +19,7 @@ from sglang.srt.layers.quantization.fp8 import resolve_quantization
 from sglang.srt.layers.sampler import SampleOutput, sample
 from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
+from sglang.srt.model_executor.weight_sync import WeightUpdateGroups, load_named
 from sglang.srt.model_loader.loader import load_model, reload_weights
 from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
 from sglang.srt.server_args import ServerArgs
@@ -95,6 +96,7 @@ class ModelRunner:
         self.load_time = time.perf_counter() - t0
         # Where the weights in memory came from (a failed update rolls back to it).
         self.weights_source = (model_config, model.load_format)
+        self.update_groups = WeightUpdateGroups()
         self.vocab_size = model_config.vocab_size
         self.kv_dtype = self._kv_dtype()
         self.sizes = self._size_pools()
@@ -104,6 +106,7 @@ class ModelRunner:
         self.attn_backend = self._make_attn_backend()
         self.fused_ops = self._bind_fused_ops()
         self.graph_runner = None
+        self._graph_hidden: Optional[Tuple[int, ...]] | bool = False  # False: never captured
         if not model.defer_cuda_graph:
             self.init_cuda_graphs()
         else:
@@ -123,16 +126,53 @@ class ModelRunner:
     def update_weights_from_disk(self, model_path: str, load_format: Optional[str]) -> None:
         """Load another checkpoint of the same model into the weights in place (the CUDA graphs
         read the same buffers); ValueError or the loader's error says why it was refused."""
-        if self.quantization is not None:
-            raise ValueError("Updating weights is not supported with --quantization yet.")
+        self._refuse_quantized()
         new = (ModelConfig.from_path(model_path), load_format or "auto")
         reload_weights(self.model, self.weights_source, new, self.model_section.random_seed)
         self.weights_source = new
+
+    def update_weights_from_tensor(
+        self, named: Sequence[Tuple[str, torch.Tensor]], load_format: Optional[str] = None
+    ) -> None:
+        """Some or all weights, in place, from tensors (see weight_sync.load_named). A later failed
+        disk update rolls back to the last checkpoint loaded from disk."""
+        self._refuse_quantized()
+        load_named(self.model, named, load_format)
+
+    def update_weights_from_distributed(
+        self,
+        names: Sequence[str],
+        dtypes: Sequence[str],
+        shapes: Sequence[Sequence[int]],
+        group_name: str,
+    ) -> None:
+        self._refuse_quantized()
+        named = self.update_groups.receive(names, dtypes, shapes, group_name, self.model_device())
+        load_named(self.model, named, None)
+
+    def model_device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def _refuse_quantized(self) -> None:
+        if self.quantization is not None:
+            raise ValueError("Updating weights is not supported with --quantization yet.")
+
+    def kv_buffers(self) -> list:
+        pool = self.token_to_kv_pool
+        return [*pool.k_buffer, *pool.v_buffer]
+
+    def set_cuda_graphs(self, on: bool) -> None:
+        """Drop the captured graphs, or capture them again as they were (memory was released)."""
+        if not on:
+            self.graph_runner = None
+        elif self._graph_hidden is not False:
+            self.init_cuda_graphs(self._graph_hidden)
 
     def init_cuda_graphs(self, capture_hidden: Optional[Tuple[int, ...]] = None) -> None:
         """Capture the decode graphs (CUDA, graphs on, a backend that supports them). With
         capture_hidden, each replay also returns those layers' hidden states (an EAGLE head's
         features of the verified positions)."""
+        self._graph_hidden = capture_hidden
         if (
             self.device == "cuda"
             and not self.model_section.disable_cuda_graph

@@ -6,7 +6,7 @@ each head's q and k before rotary), tie_word_embeddings.
 
 from __future__ import annotations
 
-from typing import Iterable, Optional, Tuple
+from typing import Iterable, Optional, Tuple, Union
 
 import torch
 from torch import nn
@@ -162,26 +162,29 @@ class LlamaForCausalLM(nn.Module):
             out.hidden_states = torch.cat([aux[i] for i in capture], dim=-1) if capture else hidden
         return out
 
-    def load_weights(self, weights: Iterable[Tuple[str, torch.Tensor]]) -> None:
+    def load_weights(
+        self,
+        weights: Iterable[Tuple[str, torch.Tensor]],
+        require_all: bool = True,
+        dry_run: bool = False,
+    ) -> None:
+        """Checkpoint tensors (HF names) into the parameters. require_all=False: a subset (a
+        weight update of some tensors). dry_run: every check, on meta tensors, nothing written."""
         params = dict(self.named_parameters())
         loaded = set()
         for name, w in weights:
-            if "rotary_emb.inv_freq" in name:
+            target, shard = self.param_of(name)
+            if target is None:
                 continue
-            if self.config.tie_word_embeddings and name == "lm_head.weight":
-                continue
-            target, shard = name, None
-            for merged, hf, shard_id in self.stacked_params:
-                if hf in name:
-                    target, shard = name.replace(hf, merged), shard_id
-                    break
             if target not in params:
                 raise KeyError(
                     f"checkpoint tensor {name} has no parameter in {type(self).__name__}"
                 )
             p = params[target]
+            if dry_run:
+                p, w = torch.empty_like(p, device="meta"), w.to("meta")
             w = w.to(p.dtype)
-            loader = getattr(p, "weight_loader", None)
+            loader = getattr(params[target], "weight_loader", None)
             if loader is not None:
                 loader(p, w, shard) if shard is not None else loader(p, w)
             else:
@@ -192,8 +195,20 @@ class LlamaForCausalLM(nn.Module):
                 p.data.copy_(w)
             loaded.add(target)
         missing = set(params) - loaded
-        if missing:
+        if require_all and missing:
             raise ValueError(f"checkpoint is missing weights: {sorted(missing)[:8]}")
+
+    def param_of(self, name: str) -> Tuple[Optional[str], Optional[Union[str, int]]]:
+        """Our parameter holding checkpoint tensor `name`, and its shard id in a merged one; (None,
+        None) for a tensor the model does not keep (rotary tables, a tied LM head)."""
+        if "rotary_emb.inv_freq" in name:
+            return None, None
+        if self.config.tie_word_embeddings and name == "lm_head.weight":
+            return None, None
+        for merged, hf, shard_id in self.stacked_params:
+            if hf in name:
+                return name.replace(hf, merged), shard_id
+        return name, None
 
 
 EntryClass = LlamaForCausalLM

@@ -4,7 +4,7 @@ and gauges from the scheduler."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from sglang.srt.core.io_struct.batch_output import BatchOutputCommon
 
@@ -45,6 +45,50 @@ class UpdateWeightFromDiskReqOutput:
     success: bool
     message: str = ""
     num_paused_requests: int = 0
+
+
+@dataclass
+class UpdateWeightsFromTensorReqOutput:
+    success: bool
+    message: str = ""
+
+
+@dataclass
+class UpdateWeightsFromDistributedReqOutput:
+    success: bool
+    message: str = ""
+
+
+@dataclass
+class InitWeightsUpdateGroupReqOutput:
+    success: bool
+    message: str = ""
+
+
+@dataclass
+class DestroyWeightsUpdateGroupReqOutput:
+    success: bool
+    message: str = ""
+
+
+@dataclass
+class ReleaseMemoryOccupationReqOutput:
+    success: bool
+    message: str = ""
+
+
+@dataclass
+class ResumeMemoryOccupationReqOutput:
+    success: bool
+    message: str = ""
+
+
+@dataclass
+class GetWeightsByNameReqOutput:
+    """parameter: nested lists of floats; None with a message when there is no such tensor."""
+
+    parameter: Optional[list]
+    message: str = ""
 
 
 @dataclass

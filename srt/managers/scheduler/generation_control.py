@@ -1,51 +1,89 @@
-"""Stopping and restarting generation: /pause_generation and /continue_generation, and weight
-updates (/update_weights_from_disk), which wait for the running requests to finish on the old
-weights. The scheduler's loop asks `holding()` before admitting and `ready_to_update()` each pass."""
+"""Stopping and restarting generation: /pause_generation and /continue_generation, and giving the
+device memory to a trainer meanwhile (/release_memory_occupation, /resume_memory_occupation).
+While paused or released the scheduler's loop launches nothing; requests still arrive and wait."""
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, List, Optional, Tuple
 
 from sglang.srt.core.io_struct.to_scheduler import (
     AbortReq,
     ContinueGenerationReqInput,
     PauseGenerationReqInput,
-    UpdateWeightFromDiskReqInput,
+    ReleaseMemoryOccupationReqInput,
+    ResumeMemoryOccupationReqInput,
 )
 from sglang.srt.core.io_struct.to_tokenizer import (
     ContinueGenerationReqOutput,
     PauseGenerationReqOutput,
-    UpdateWeightFromDiskReqOutput,
+    ReleaseMemoryOccupationReqOutput,
+    ResumeMemoryOccupationReqOutput,
 )
+from sglang.srt.model_executor.memory_occupation import MemoryOccupation
 
 if TYPE_CHECKING:
     from sglang.srt.managers.scheduler.scheduler import Scheduler
 
 logger = logging.getLogger(__name__)
 
-MESSAGES = (PauseGenerationReqInput, ContinueGenerationReqInput, UpdateWeightFromDiskReqInput)
+MESSAGES = (
+    PauseGenerationReqInput,
+    ContinueGenerationReqInput,
+    ReleaseMemoryOccupationReqInput,
+    ResumeMemoryOccupationReqInput,
+)
 
 
 class GenerationControl:
     def __init__(self, sched: "Scheduler"):
         self.sched = sched
         self.paused: Optional[str] = None  # the pause mode while generation is paused
-        # A weight update waiting for the running requests to finish (nothing new is admitted).
-        self.weight_update: Optional[UpdateWeightFromDiskReqInput] = None
+        runner = sched.model_runner
+        self.memory = MemoryOccupation(
+            weights=lambda: runner.model.parameters(),
+            kv_buffers=runner.kv_buffers,
+            graphs=runner.set_cuda_graphs,
+            weights_cpu_backup=sched.server_args.enable_weights_cpu_backup,
+        )
+
+    def holding(self) -> bool:
+        """No pass may launch: paused, or some memory is given away."""
+        return self.paused is not None or bool(self.memory.released)
 
     def answer(self, msg: Any) -> Any:
-        """The reply to one of MESSAGES; None for a weight update (answered once it is done)."""
+        """The reply to one of MESSAGES."""
         if isinstance(msg, PauseGenerationReqInput):
             self.pause(msg.mode)
             return PauseGenerationReqOutput(f"Generation paused ({msg.mode}).")
-        if isinstance(msg, ContinueGenerationReqInput):
-            self.paused = None
-            return ContinueGenerationReqOutput("Generation continued.")
-        if msg.abort_all_requests:
-            self.sched.intake.abort_request(AbortReq(abort_all=True))
-        self.weight_update = msg
-        return None
+        if isinstance(msg, ReleaseMemoryOccupationReqInput):
+            return ReleaseMemoryOccupationReqOutput(*self._memory_step(msg.tags, release=True))
+        if isinstance(msg, ResumeMemoryOccupationReqInput):
+            return ResumeMemoryOccupationReqOutput(*self._memory_step(msg.tags, release=False))
+        self.paused = None
+        return ContinueGenerationReqOutput("Generation continued.")
+
+    def _memory_step(self, tags: Optional[List[str]], release: bool) -> Tuple[bool, str]:
+        s = self.sched
+        try:
+            tags = self.memory.check_tags(tags)
+        except ValueError as e:
+            return False, str(e)
+        if not release:
+            return True, self.memory.resume(tags)
+        if s.spec is not None or s.server_args.enable_hierarchical_cache:
+            return False, (
+                "Releasing memory is not supported with speculative decoding or HiCache yet."
+            )
+        s.settle_passes()
+        st = s.state
+        if st.chunked_req is not None or not st.running_batch.is_empty():
+            return False, (
+                "Requests are running: pause generation (abort or retract) before releasing memory."
+            )
+        if "kv_cache" in tags:
+            s.pools.clear_all()  # the cached prefixes' KV is about to be freed
+        return True, self.memory.release(tags)
 
     def pause(self, mode: str) -> None:
         """No pass is launched until generation continues; requests still arrive and wait. The passes
@@ -69,33 +107,3 @@ class GenerationControl:
         state.waiting_queue.extend(back)
         if back:
             logger.info("Pause: %d requests retracted to the waiting queue.", len(back))
-
-    # ------------------------------------------------------------------ weight updates
-    def ready_to_update(self) -> bool:
-        """A weight update waits and no request holds KV or has a pass in flight (waiting ones
-        hold nothing)."""
-        if self.weight_update is None:
-            return False
-        st = self.sched.state
-        if st.in_flight and all(r.finished() for r in st.running_batch.reqs):
-            self.sched.process_in_flight()  # the overlap loop's last pass may be what ends them
-        return (
-            not st.in_flight
-            and st.chunked_req is None
-            and all(r.finished() for r in st.running_batch.reqs)
-        )
-
-    def update_weights(self) -> None:
-        s = self.sched
-        msg, self.weight_update = self.weight_update, None
-        try:
-            s.model_runner.update_weights_from_disk(msg.model_path, msg.load_format)
-        except Exception as e:  # noqa: BLE001 - any failure is the client's answer, not a crash
-            out = UpdateWeightFromDiskReqOutput(False, f"Failed to update weights: {e}")
-        else:
-            # The cached prefixes were computed with the old weights.
-            s.state.running_batch.filter_batch()
-            s.pools.clear_all()
-            out = UpdateWeightFromDiskReqOutput(True, f"Weights updated from {msg.model_path}.")
-        logger.info(out.message)
-        s.intake.reply(out)

@@ -61,6 +61,8 @@ from sglang.srt.managers.scheduler.scheduler_input import IntakeConfig, Schedule
 from sglang.srt.managers.scheduler.scheduler_state import KVPools, LaunchedBatch, SchedulerState
 from sglang.srt.managers.scheduler.scheduler_stats import SchedulerStats, StartupNumbers
 from sglang.srt.managers.scheduler.torch_profiler import PassProfiler
+from sglang.srt.managers.scheduler.weight_updates import MESSAGES as WEIGHT_MESSAGES
+from sglang.srt.managers.scheduler.weight_updates import WeightUpdates
 from sglang.srt.metrics.scheduler_reporter import SchedulerMetricsReporter
 from sglang.srt.model_executor.model_runner import ModelRunner, default_chunked_prefill_size
 from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
@@ -348,6 +350,7 @@ class Scheduler:
         rank = f"TP-{self.tp_rank}" + (f"-DP-{self.dp_rank}" if sa.dp_size > 1 else "")
         self.torch_prof = PassProfiler(rank)
         self.generation = GenerationControl(self)
+        self.weights = WeightUpdates(self)
 
     def _spec_decoder(self):
         from sglang.srt.configs.sections import SpecSection
@@ -411,8 +414,9 @@ class Scheduler:
                     # Waiting on a storage prefetch or copy: sleep briefly instead of spinning.
                     self.intake.recv_and_process_requests(block=True, wait_ms=BACKGROUND_POLL_MS)
                 else:
-                    # Paused: nothing runs until a message arrives (continue, abort, requests).
-                    idle = self._is_fully_idle() or self.generation.paused is not None
+                    # Paused or released: nothing runs until a message arrives (continue,
+                    # resume, abort, requests).
+                    idle = self._is_fully_idle() or self.generation.holding()
                     self.intake.recv_and_process_requests(block=idle)
             self.step()
             if self.sockets.send_load is not None:
@@ -443,12 +447,11 @@ class Scheduler:
     def get_next_batch_to_run(self) -> Optional[ScheduleBatch]:
         self._merge_last_prefill()
         self.finish_aborted_running()
-        gen = self.generation
-        if gen.ready_to_update():
-            gen.update_weights()
-        if gen.paused is not None:
+        if self.weights.ready():
+            self.weights.apply()
+        if self.generation.holding():
             return None
-        batch = self.prefill.build(self.ratio.value, admit=gen.weight_update is None)
+        batch = self.prefill.build(self.ratio.value, admit=not self.weights.waiting())
         if batch is not None:
             return batch
         if self.state.running_batch.is_empty():
@@ -619,6 +622,8 @@ class Scheduler:
             return FlushCacheReqOutput(*self.flush_cache())
         if isinstance(msg, GENERATION_MESSAGES):
             return self.generation.answer(msg)
+        if isinstance(msg, WEIGHT_MESSAGES):
+            return self.weights.answer(msg)
         if isinstance(msg, ProfileReq):
             return self.torch_prof.handle(msg)
         return GetInternalStateReqOutput(self.internal_state())
@@ -646,6 +651,7 @@ class Scheduler:
             "num_running_reqs": state.running_batch.batch_size(),
             "num_waiting_reqs": len(state.waiting_queue),
             "paused": self.generation.paused,
+            "memory_released": sorted(self.generation.memory.released),
             "token_usage": pools.token_usage(),
             "num_used_tokens": pools.used_tokens(),
             "last_gen_throughput": stats.last_gen_throughput,

@@ -15,14 +15,9 @@ from sglang.srt.core.finish_reason import FinishAbort
 from sglang.srt.core.input_limits import InputLimits
 from sglang.srt.core.io_struct.ipc import recv_obj, send_obj
 from sglang.srt.core.io_struct.to_scheduler import (
+    CONTROL_MESSAGES,
     AbortReq,
-    ContinueGenerationReqInput,
-    FlushCacheReqInput,
-    GetInternalStateReq,
-    PauseGenerationReqInput,
-    ProfileReq,
     TokenizedGenerateReqInput,
-    UpdateWeightFromDiskReqInput,
 )
 from sglang.srt.core.req import Req
 from sglang.srt.distributed.parallel_state import tp_broadcast_object
@@ -37,15 +32,6 @@ QUEUE_FULL_MESSAGE = "The request queue is full."
 WAITING_TIMEOUT_MESSAGE = "Request waiting timeout reached."
 ABORT_MESSAGE = "Aborted by AbortReq."
 IDLE_POLL_MS = 50
-# Answered by the scheduler from its own state, one reply each.
-CONTROL_MESSAGES = (
-    FlushCacheReqInput,
-    GetInternalStateReq,
-    PauseGenerationReqInput,
-    ContinueGenerationReqInput,
-    UpdateWeightFromDiskReqInput,
-    ProfileReq,
-)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import functools
 import logging
 import time
 import uuid
-from typing import Any, AsyncIterator, Dict, List, Optional, Tuple
+from typing import Any, AsyncIterator, Dict, List, Optional, Tuple, Union
 
 import zmq
 import zmq.asyncio
@@ -32,23 +32,37 @@ from sglang.srt.core.io_struct.to_launcher import SchedulerReady
 from sglang.srt.core.io_struct.to_scheduler import (
     AbortReq,
     ContinueGenerationReqInput,
+    DestroyWeightsUpdateGroupReqInput,
     FlushCacheReqInput,
     GetInternalStateReq,
+    GetWeightsByNameReqInput,
+    InitWeightsUpdateGroupReqInput,
     PauseGenerationReqInput,
     ProfileReq,
+    ReleaseMemoryOccupationReqInput,
+    ResumeMemoryOccupationReqInput,
     TokenizedGenerateReqInput,
     UpdateWeightFromDiskReqInput,
+    UpdateWeightsFromDistributedReqInput,
+    UpdateWeightsFromTensorReqInput,
 )
 from sglang.srt.core.io_struct.to_tokenizer import (
     BatchStrOutput,
     ContinueGenerationReqOutput,
+    DestroyWeightsUpdateGroupReqOutput,
     DetokenizerError,
     FlushCacheReqOutput,
     GetInternalStateReqOutput,
+    GetWeightsByNameReqOutput,
+    InitWeightsUpdateGroupReqOutput,
     PauseGenerationReqOutput,
     ProfileReqOutput,
+    ReleaseMemoryOccupationReqOutput,
+    ResumeMemoryOccupationReqOutput,
     SchedulerMetrics,
     UpdateWeightFromDiskReqOutput,
+    UpdateWeightsFromDistributedReqOutput,
+    UpdateWeightsFromTensorReqOutput,
 )
 from sglang.srt.managers.tokenizer.prompt_break_report import describe_prompt_break
 from sglang.srt.managers.tokenizer.request_preparer import PreparedReq, RequestPreparer
@@ -70,9 +84,25 @@ CONTROL_REPLIES = (
     GetInternalStateReqOutput,
     PauseGenerationReqOutput,
     ContinueGenerationReqOutput,
-    UpdateWeightFromDiskReqOutput,
     ProfileReqOutput,
+    InitWeightsUpdateGroupReqOutput,
+    DestroyWeightsUpdateGroupReqOutput,
+    GetWeightsByNameReqOutput,
+    ReleaseMemoryOccupationReqOutput,
+    ResumeMemoryOccupationReqOutput,
 )
+# Each weight update and the reply it gets (every one also a control reply).
+UPDATE_REPLIES = {
+    UpdateWeightFromDiskReqInput: UpdateWeightFromDiskReqOutput,
+    UpdateWeightsFromTensorReqInput: UpdateWeightsFromTensorReqOutput,
+    UpdateWeightsFromDistributedReqInput: UpdateWeightsFromDistributedReqOutput,
+}
+CONTROL_REPLIES += tuple(UPDATE_REPLIES.values())
+WeightUpdateReq = Union[
+    UpdateWeightFromDiskReqInput,
+    UpdateWeightsFromTensorReqInput,
+    UpdateWeightsFromDistributedReqInput,
+]
 
 
 class TokenizerManager:
@@ -541,15 +571,41 @@ class TokenizerManager:
     async def continue_generation(self) -> None:
         await self._control(ContinueGenerationReqInput(), ContinueGenerationReqOutput)
 
-    async def update_weights_from_disk(
-        self, req: UpdateWeightFromDiskReqInput, weight_version: Optional[str] = None
-    ) -> UpdateWeightFromDiskReqOutput:
-        """Waits for the running requests (every replica), however long loading takes."""
-        outs = await self._control(req, UpdateWeightFromDiskReqOutput, timeout=None)
+    async def update_weights(
+        self, req: WeightUpdateReq, weight_version: Optional[str] = None
+    ) -> Tuple[bool, str]:
+        """Waits for the running requests (every replica), however long loading takes; a success
+        sets the weight_version label when one is given."""
+        outs = await self._control(req, UPDATE_REPLIES[type(req)], timeout=None)
         ok, message = _verdict(outs)
         if ok and weight_version is not None:
             self.weight_version = weight_version
-        return UpdateWeightFromDiskReqOutput(ok, message)
+        return ok, message
+
+    async def weights_update_group(
+        self, req: Union[InitWeightsUpdateGroupReqInput, DestroyWeightsUpdateGroupReqInput]
+    ) -> Tuple[bool, str]:
+        """Joining waits for the trainer's side of the rendezvous (however long that takes)."""
+        if isinstance(req, InitWeightsUpdateGroupReqInput):
+            outs = await self._control(req, InitWeightsUpdateGroupReqOutput, timeout=None)
+        else:
+            outs = await self._control(req, DestroyWeightsUpdateGroupReqOutput)
+        return _verdict(outs)
+
+    async def memory_occupation(
+        self, req: Union[ReleaseMemoryOccupationReqInput, ResumeMemoryOccupationReqInput]
+    ) -> Tuple[bool, str]:
+        """Resuming may capture the CUDA graphs again (seconds)."""
+        reply = (
+            ReleaseMemoryOccupationReqOutput
+            if isinstance(req, ReleaseMemoryOccupationReqInput)
+            else ResumeMemoryOccupationReqOutput
+        )
+        return _verdict(await self._control(req, reply, timeout=600.0))
+
+    async def get_weights_by_name(self, req: GetWeightsByNameReqInput) -> GetWeightsByNameReqOutput:
+        """The first replica's copy (every replica holds the same weights)."""
+        return (await self._control(req, GetWeightsByNameReqOutput, timeout=120.0))[0]
 
     async def profile(self, req: ProfileReq) -> ProfileReqOutput:
         """Start or stop the schedulers' torch profiler (stopping writes the traces)."""
