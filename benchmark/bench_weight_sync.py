@@ -48,6 +48,11 @@ def checkpoint_shapes(cfg: dict) -> List[Tuple[str, Tuple[int, ...]]]:
     return out
 
 
+def kv_bytes_per_token(cfg: dict) -> int:
+    hd = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    return 2 * cfg["num_hidden_layers"] * cfg["num_key_value_heads"] * hd * 2  # K and V, bf16
+
+
 def copy_rate(nbytes: int = 1 << 31) -> float:
     a = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
     b = torch.empty_like(a)
@@ -101,7 +106,7 @@ def main() -> None:
         dtype="bfloat16",
     ) as e:
         sp = {"max_new_tokens": 8, "temperature": 0, "ignore_eos": True}
-        e.generate(input_ids=[[1, 2, 3, 4]], sampling_params=sp)
+        e.generate(input_ids=[1, 2, 3, 4], sampling_params=sp)
         for label, parts in (
             ("one call, all tensors", [named]),
             (f"{args.bucket_gb:g} GB buckets", buckets(named, args.bucket_gb * GB)),
@@ -113,8 +118,11 @@ def main() -> None:
                     assert ok, msg
                 ms = (time.perf_counter() - t0) * 1e3
                 rows.append((f"update, {label} ({len(parts)} calls)", ms, ms / floor_ms))
-        out = e.generate(input_ids=[[1, 2, 3, 4]], sampling_params=sp)
+        out = e.generate(input_ids=[1, 2, 3, 4], sampling_params=sp)
         assert len(out["output_ids"]) == 8
+        info = e.get_server_info()
+        kv_bytes = info["max_total_num_tokens"] * kv_bytes_per_token(cfg)
+        held = (info["weight_bytes"] + kv_bytes) / GB
         for _ in range(2):
             torch.cuda.synchronize()
             free0 = torch.cuda.mem_get_info()[0]
@@ -123,13 +131,18 @@ def main() -> None:
             assert ok, msg
             rel_ms = (time.perf_counter() - t0) * 1e3
             freed = torch.cuda.mem_get_info()[0] - free0
-            t0 = time.perf_counter()
-            ok, msg = e.resume_memory_occupation()
-            assert ok, msg
-            res_ms = (time.perf_counter() - t0) * 1e3
-            rows.append((f"release all ({freed / GB:.1f} GB given back)", rel_ms, None))
-            rows.append(("resume all (graphs captured again)", res_ms, None))
-        out = e.generate(input_ids=[[1, 2, 3, 4]], sampling_params=sp)
+            rows.append(
+                (f"release all ({freed / GB:.1f} GB back; weights+KV {held:.1f})", rel_ms, None)
+            )
+            for tags, what in (
+                (["weights", "kv_cache"], "resume weights + KV"),
+                (["cuda_graph"], "resume graphs (captured again)"),
+            ):
+                t0 = time.perf_counter()
+                ok, msg = e.resume_memory_occupation(tags)
+                assert ok, msg
+                rows.append((what, (time.perf_counter() - t0) * 1e3, None))
+        out = e.generate(input_ids=[1, 2, 3, 4], sampling_params=sp)
         assert len(out["output_ids"]) == 8
     print(
         f"\n{args.model_config}: {nbytes / GB:.2f} GB of bf16 weights; device copy "
