@@ -85,6 +85,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from sglang.srt.entrypoints.engine import Engine
+    from sglang.srt.weight_sync.tensor_bucket import FlattenedTensorBucket
 
     path = write_model_config(args.model_config)
     with open(os.path.join(path, "config.json")) as f:
@@ -107,17 +108,30 @@ def main() -> None:
     ) as e:
         sp = {"max_new_tokens": 8, "temperature": 0, "ignore_eos": True}
         e.generate(input_ids=[1, 2, 3, 4], sampling_params=sp)
-        for label, parts in (
-            ("one call, all tensors", [named]),
-            (f"{args.bucket_gb:g} GB buckets", buckets(named, args.bucket_gb * GB)),
+        per_bucket = buckets(named, args.bucket_gb * GB)
+        t0 = time.perf_counter()
+        flat = []
+        for part in per_bucket:
+            b = FlattenedTensorBucket(named_tensors=part)
+            flat.append(
+                {"flattened_tensor": b.get_flattened_tensor(), "metadata": b.get_metadata()}
+            )
+        torch.cuda.synchronize()
+        pack_ms = (time.perf_counter() - t0) * 1e3
+        for label, parts, fmt in (
+            ("one call, all tensors", [named], None),
+            (f"{args.bucket_gb:g} GB buckets", per_bucket, None),
+            (f"{args.bucket_gb:g} GB flattened buckets", flat, "flattened_bucket"),
         ):
             for _ in range(args.repeats):
                 t0 = time.perf_counter()
                 for part in parts:
-                    ok, msg = e.update_weights_from_tensor(part)
+                    ok, msg = e.update_weights_from_tensor(part, load_format=fmt)
                     assert ok, msg
                 ms = (time.perf_counter() - t0) * 1e3
                 rows.append((f"update, {label} ({len(parts)} calls)", ms, ms / floor_ms))
+        rows.append(("(packing the flattened buckets, trainer side)", pack_ms, None))
+        del flat
         out = e.generate(input_ids=[1, 2, 3, 4], sampling_params=sp)
         assert len(out["output_ids"]) == 8
         info = e.get_server_info()

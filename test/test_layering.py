@@ -16,7 +16,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Bottom to top. A module belongs to the layer of its longest matching prefix; it may import its
 # own layer and those below.
 LAYERS: List[List[str]] = [
-    ["srt.utils"],  # generic helpers that know none of our types
+    ["srt.utils", "srt.weight_sync"],  # generic helpers that know none of our types
     ["srt.core", "srt.server_args", "srt.configs"],  # plain data: requests, messages, configs
     [
         "srt.distributed",

@@ -416,3 +416,49 @@ def test_weights_cpu_backup_brings_the_weights_back(ckpts):
         srv.check_idle_invariant()
     finally:
         srv.stop()
+
+
+def test_flattened_bucket_round_trip_with_mixed_dtypes():
+    from sglang.srt.weight_sync.tensor_bucket import FlattenedTensorBucket
+
+    g = torch.Generator().manual_seed(3)
+    named = [
+        ("a", torch.randn(3, generator=g, dtype=torch.float32).to(torch.bfloat16)),  # 6 bytes
+        ("b", torch.randn(2, 5, generator=g)),  # float32 at an offset of 6: not 4-aligned
+        ("c", torch.arange(7, dtype=torch.int64)),
+    ]
+    bucket = FlattenedTensorBucket(named_tensors=named)
+    assert bucket.get_flattened_tensor().dtype == torch.uint8
+    again = FlattenedTensorBucket(
+        flattened_tensor=bucket.get_flattened_tensor(), metadata=bucket.get_metadata()
+    ).reconstruct_tensors()
+    assert [n for n, _ in again] == ["a", "b", "c"]
+    for (_, want), (_, got) in zip(named, again):
+        assert got.dtype == want.dtype and torch.equal(got, want)
+
+
+def _bucket_payload(named: list, corrupt: bool = False) -> str:
+    from sglang.srt.weight_sync.tensor_bucket import FlattenedTensorBucket
+
+    bucket = FlattenedTensorBucket(named_tensors=named)
+    meta = bucket.get_metadata()
+    if corrupt:
+        meta[-1].end_idx += 4  # past the buffer's end
+    return _plain_payload({"flattened_tensor": bucket.get_flattened_tensor(), "metadata": meta})
+
+
+def test_flattened_bucket_update(server, ckpts, hf_models):
+    url = server.url
+    tb = _tensors(ckpts["b"])
+    named = [(n, tb[n]) for n in PARTIAL]  # inline payloads: all of them would pass 32 MiB
+    before = _ids(url)
+    body = {"serialized_named_tensors": [_bucket_payload(named, corrupt=True)]}
+    r = _post(url, "/update_weights_from_tensor", load_format="flattened_bucket", **body)
+    assert r.status_code == 400 and "outside the buffer" in r.json()["message"], r.text
+    assert _ids(url) == before
+    body = {"serialized_named_tensors": [_bucket_payload(named)]}
+    r = _post(url, "/update_weights_from_tensor", load_format="flattened_bucket", **body)
+    assert r.status_code == 200 and r.json()["success"], r.text
+    assert _greedy_under(ckpts["mixed"], hf_models, _ids(url))
+    _restore_a(url, ckpts)
+    server.check_idle_invariant()

@@ -170,14 +170,17 @@ class Engine:
 
     def update_weights_from_tensor(
         self,
-        named_tensors: Sequence[Tuple[str, torch.Tensor]],
+        named_tensors: Union[Sequence[Tuple[str, torch.Tensor]], Dict[str, Any]],
         load_format: Optional[str] = None,
         flush_cache: bool = True,
         **fields: Any,
     ) -> Tuple[bool, str]:
-        """Some or all weights from (checkpoint name, tensor) pairs, handed to the schedulers as
-        shared memory (CUDA IPC for CUDA tensors), not copied through the sockets."""
-        payload = MultiprocessingSerializer.serialize(list(named_tensors), output_str=True)
+        """Some or all weights from (checkpoint name, tensor) pairs (with load_format
+        "flattened_bucket": a FlattenedTensorBucket's {"flattened_tensor", "metadata"}), handed to
+        the schedulers as shared memory (CUDA IPC for CUDA tensors), not copied through the
+        sockets."""
+        obj = named_tensors if isinstance(named_tensors, dict) else list(named_tensors)
+        payload = MultiprocessingSerializer.serialize(obj, output_str=True)
         body = {
             "serialized_named_tensors": [payload],
             "load_format": load_format,

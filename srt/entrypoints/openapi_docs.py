@@ -86,7 +86,7 @@ class UpdateWeightsFromTensorBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     serialized_named_tensors: List[str] = Field(min_length=1)
-    load_format: Optional[Literal["auto", "direct"]] = None
+    load_format: Optional[Literal["auto", "direct", "flattened_bucket"]] = None
     flush_cache: bool = True
     abort_all_requests: bool = False
     weight_version: Optional[str] = None

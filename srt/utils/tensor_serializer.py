@@ -29,6 +29,7 @@ _ALLOWED = {
     ("torch._utils", "_rebuild_tensor_v2"),
     ("torch._utils", "_rebuild_parameter"),
     ("collections", "OrderedDict"),
+    ("sglang.srt.weight_sync.tensor_bucket", "FlattenedTensorMetadata"),
 }
 
 
@@ -75,6 +76,23 @@ class MultiprocessingSerializer:
             return _TensorUnpickler(io.BytesIO(data)).load()
         except Exception as e:  # noqa: BLE001 - whatever a client's bytes do, it is their 400
             raise ValueError(f"not a tensor payload: {e}") from None
+
+
+def bucket_tensors_of(payload: Any) -> list:
+    """The (name, tensor) pairs of a "flattened_bucket" payload: {"flattened_tensor", "metadata"}
+    (or a list of such buckets)."""
+    from sglang.srt.weight_sync.tensor_bucket import FlattenedTensorBucket
+
+    buckets = payload if isinstance(payload, list) else [payload]
+    out = []
+    for b in buckets:
+        if not isinstance(b, dict) or set(b) != {"flattened_tensor", "metadata"}:
+            raise ValueError("a flattened_bucket payload is {flattened_tensor, metadata}")
+        flat, meta = b["flattened_tensor"], b["metadata"]
+        if not isinstance(flat, torch.Tensor) or not isinstance(meta, list):
+            raise ValueError("a flattened_bucket payload is {flattened_tensor, metadata}")
+        out += FlattenedTensorBucket(flattened_tensor=flat, metadata=meta).reconstruct_tensors()
+    return out
 
 
 def named_tensors_of(payload: Any) -> list:

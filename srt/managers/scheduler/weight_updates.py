@@ -32,7 +32,11 @@ from sglang.srt.core.io_struct.to_tokenizer import (
 )
 from sglang.srt.distributed.parallel_state import tp_all_gather_object
 from sglang.srt.model_executor.weight_sync import assemble, rank_piece
-from sglang.srt.utils.tensor_serializer import MultiprocessingSerializer, named_tensors_of
+from sglang.srt.utils.tensor_serializer import (
+    MultiprocessingSerializer,
+    bucket_tensors_of,
+    named_tensors_of,
+)
 
 if TYPE_CHECKING:
     from sglang.srt.managers.scheduler.scheduler import Scheduler
@@ -117,8 +121,12 @@ class WeightUpdates:
                     f"per tensor-parallel rank ({self.sched.server_args.tp_size})"
                 )
             payload = payloads[self.sched.tp_rank if len(payloads) > 1 else 0]
-            named = named_tensors_of(MultiprocessingSerializer.deserialize(payload))
-            runner.update_weights_from_tensor(named, msg.load_format)
+            obj, fmt = MultiprocessingSerializer.deserialize(payload), msg.load_format
+            if fmt == "flattened_bucket":
+                named, fmt = bucket_tensors_of(obj), None
+            else:
+                named = named_tensors_of(obj)
+            runner.update_weights_from_tensor(named, fmt)
             return f"Updated {len(named)} tensors."
         runner.update_weights_from_distributed(msg.names, msg.dtypes, msg.shapes, msg.group_name)
         return f"Updated {len(msg.names)} tensors from group {msg.group_name}."
