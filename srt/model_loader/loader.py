@@ -54,7 +54,6 @@ def load_model(
         model = get_model_class(cfg)(cfg)
     if quantization is not None and quantization.from_checkpoint:
         prepare_checkpoint_layers(model, quantization)
-    # Rotary caches are float32 buffers by design; keep them so even in bf16 models.
     _fill_weights(model, cfg, load_format, seed, show_progress)
     if quantization is not None and not quantization.from_checkpoint:
         quantize_loaded_layers(model, quantization)
