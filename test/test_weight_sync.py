@@ -347,7 +347,7 @@ def test_update_weight_version(server):
     _post(server.url, "/update_weight_version", new_version="default")
 
 
-LONG = {"max_new_tokens": 120, "temperature": 0, "ignore_eos": True}
+LONG = {"max_new_tokens": 400, "temperature": 0, "ignore_eos": True}
 
 
 def _when(check, what: str) -> None:
@@ -363,8 +363,11 @@ def test_memory_lent_to_a_trainer_and_taken_back(server, ckpts, hf_models):
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         running = pool.submit(generate, url, input_ids=PROMPT, sampling_params=LONG)
         _when(lambda: server.server_info()["num_running_reqs"] == 1, "the request never ran")
+        # Paused in place, it keeps its KV however slow the machine: the release must refuse.
+        assert _post(url, "/pause_generation", mode="in_place").status_code == 200
         r = _post(url, "/release_memory_occupation")
         assert r.status_code == 400 and "pause generation" in r.json()["message"], r.text
+        assert _post(url, "/continue_generation").status_code == 200
         assert running.result(60).status_code == 200
 
         r = _post(url, "/release_memory_occupation")
