@@ -6,6 +6,7 @@ weights should now be; refused updates leave the weights as they were."""
 
 from __future__ import annotations
 
+import base64
 import concurrent.futures
 import os
 import pickle
@@ -84,8 +85,6 @@ def _shm_payload(named: list) -> str:
 
 
 def _plain_payload(named: list) -> str:
-    import base64
-
     return base64.b64encode(pickle.dumps(named)).decode()
 
 

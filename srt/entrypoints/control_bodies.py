@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Tuple, Type, TypeVar
 
-import torch
 from pydantic import BaseModel, ValidationError
 
 from sglang.srt.core.io_struct.to_scheduler import (
@@ -30,6 +29,7 @@ from sglang.srt.entrypoints.openapi_docs import (
     UpdateWeightsFromTensorBody,
     UpdateWeightVersionBody,
 )
+from sglang.srt.model_executor.weight_sync import dtype_of
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -74,8 +74,10 @@ def distributed_update_of(
     if not len(b.names) == len(b.dtypes) == len(b.shapes):
         raise ValueError("`names`, `dtypes` and `shapes` must have the same length.")
     for d in b.dtypes:
-        if not isinstance(getattr(torch, d.removeprefix("torch."), None), torch.dtype):
-            raise ValueError(f"`dtypes`: {d!r} is not a torch dtype.")
+        try:
+            dtype_of(d)
+        except ValueError:
+            raise ValueError(f"`dtypes`: {d!r} is not a torch dtype.") from None
     req = UpdateWeightsFromDistributedReqInput(
         b.names, b.dtypes, b.shapes, b.group_name, b.flush_cache, b.abort_all_requests
     )

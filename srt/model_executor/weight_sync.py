@@ -24,7 +24,8 @@ logger = logging.getLogger(__name__)
 GROUP_TIMEOUT = timedelta(minutes=10)
 
 
-def _dtype_of(name: str) -> torch.dtype:
+def dtype_of(name: str) -> torch.dtype:
+    """The torch dtype a name ("bfloat16", "torch.float32") stands for; ValueError otherwise."""
     dtype = getattr(torch, name.removeprefix("torch."), None)
     if not isinstance(dtype, torch.dtype):
         raise ValueError(f"unknown dtype {name!r}")
@@ -94,7 +95,7 @@ class WeightUpdateGroups:
         if self.backends[group_name] == "gloo":
             device = torch.device("cpu")
         out = [
-            (n, torch.empty(tuple(s), dtype=_dtype_of(d), device=device))
+            (n, torch.empty(tuple(s), dtype=dtype_of(d), device=device))
             for n, d, s in zip(names, dtypes, shapes)
         ]
         works = [dist.broadcast(t, src=0, group=group, async_op=True) for _, t in out]

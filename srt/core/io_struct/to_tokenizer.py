@@ -7,6 +7,11 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 from sglang.srt.core.io_struct.batch_output import BatchOutputCommon
+from sglang.srt.core.io_struct.to_scheduler import (
+    UpdateWeightFromDiskReqInput,
+    UpdateWeightsFromDistributedReqInput,
+    UpdateWeightsFromTensorReqInput,
+)
 
 
 @dataclass
@@ -107,3 +112,12 @@ class SchedulerMetrics:
     """Scheduler-side gauges and counters, pushed to the HTTP process (for /metrics) when they change."""
 
     values: Dict[str, float]
+
+
+# Each weight update and the reply it gets, for the scheduler that answers and the TokenizerManager
+# that waits.
+UPDATE_REPLIES = {
+    UpdateWeightFromDiskReqInput: UpdateWeightFromDiskReqOutput,
+    UpdateWeightsFromTensorReqInput: UpdateWeightsFromTensorReqOutput,
+    UpdateWeightsFromDistributedReqInput: UpdateWeightsFromDistributedReqOutput,
+}

@@ -19,16 +19,13 @@ from sglang.srt.core.io_struct.to_scheduler import (
     GetWeightsByNameReqInput,
     InitWeightsUpdateGroupReqInput,
     UpdateWeightFromDiskReqInput,
-    UpdateWeightsFromDistributedReqInput,
     UpdateWeightsFromTensorReqInput,
 )
 from sglang.srt.core.io_struct.to_tokenizer import (
+    UPDATE_REPLIES,
     DestroyWeightsUpdateGroupReqOutput,
     GetWeightsByNameReqOutput,
     InitWeightsUpdateGroupReqOutput,
-    UpdateWeightFromDiskReqOutput,
-    UpdateWeightsFromDistributedReqOutput,
-    UpdateWeightsFromTensorReqOutput,
 )
 from sglang.srt.distributed.parallel_state import tp_all_gather_object
 from sglang.srt.model_executor.weight_sync import assemble, rank_piece
@@ -48,11 +45,6 @@ MESSAGES = WEIGHT_UPDATES + (
     DestroyWeightsUpdateGroupReqInput,
     GetWeightsByNameReqInput,
 )
-_REPLY = {
-    UpdateWeightFromDiskReqInput: UpdateWeightFromDiskReqOutput,
-    UpdateWeightsFromTensorReqInput: UpdateWeightsFromTensorReqOutput,
-    UpdateWeightsFromDistributedReqInput: UpdateWeightsFromDistributedReqOutput,
-}
 
 
 class WeightUpdates:
@@ -93,7 +85,7 @@ class WeightUpdates:
     def apply(self) -> None:
         s = self.sched
         msg, self.pending = self.pending, None
-        reply = _REPLY[type(msg)]
+        reply = UPDATE_REPLIES[type(msg)]
         try:
             done = self._load(msg)
         except Exception as e:  # noqa: BLE001 - any failure is the client's answer, not a crash
@@ -109,7 +101,8 @@ class WeightUpdates:
     def _load(self, msg: Any) -> str:
         """Replace the weights; returns the success message."""
         runner = self.sched.model_runner
-        self._check_weights_held()
+        if not self._weights_held():
+            raise ValueError("The weights are released: resume_memory_occupation first.")
         if isinstance(msg, UpdateWeightFromDiskReqInput):
             runner.update_weights_from_disk(msg.model_path, msg.load_format)
             return f"Weights updated from {msg.model_path}."
@@ -157,12 +150,11 @@ class WeightUpdates:
             return DestroyWeightsUpdateGroupReqOutput(False, str(e))
         return DestroyWeightsUpdateGroupReqOutput(True, f"Destroyed group {msg.group_name}.")
 
-    def _check_weights_held(self) -> None:
-        if not self.sched.generation.memory.holds("weights"):
-            raise ValueError("The weights are released: resume_memory_occupation first.")
+    def _weights_held(self) -> bool:
+        return self.sched.generation.memory.holds("weights")
 
     def _get_weights(self, msg: GetWeightsByNameReqInput) -> GetWeightsByNameReqOutput:
-        if not self.sched.generation.memory.holds("weights"):
+        if not self._weights_held():
             return GetWeightsByNameReqOutput(None, "The weights are released.")
         piece = rank_piece(self.sched.model_runner.model, msg.name, msg.truncate_size)
         pieces = tp_all_gather_object(piece)

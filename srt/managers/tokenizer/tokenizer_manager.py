@@ -47,6 +47,7 @@ from sglang.srt.core.io_struct.to_scheduler import (
     UpdateWeightsFromTensorReqInput,
 )
 from sglang.srt.core.io_struct.to_tokenizer import (
+    UPDATE_REPLIES,
     BatchStrOutput,
     ContinueGenerationReqOutput,
     DestroyWeightsUpdateGroupReqOutput,
@@ -60,9 +61,6 @@ from sglang.srt.core.io_struct.to_tokenizer import (
     ReleaseMemoryOccupationReqOutput,
     ResumeMemoryOccupationReqOutput,
     SchedulerMetrics,
-    UpdateWeightFromDiskReqOutput,
-    UpdateWeightsFromDistributedReqOutput,
-    UpdateWeightsFromTensorReqOutput,
 )
 from sglang.srt.managers.tokenizer.prompt_break_report import describe_prompt_break
 from sglang.srt.managers.tokenizer.request_preparer import PreparedReq, RequestPreparer
@@ -91,12 +89,6 @@ CONTROL_REPLIES = (
     ReleaseMemoryOccupationReqOutput,
     ResumeMemoryOccupationReqOutput,
 )
-# Each weight update and the reply it gets (every one also a control reply).
-UPDATE_REPLIES = {
-    UpdateWeightFromDiskReqInput: UpdateWeightFromDiskReqOutput,
-    UpdateWeightsFromTensorReqInput: UpdateWeightsFromTensorReqOutput,
-    UpdateWeightsFromDistributedReqInput: UpdateWeightsFromDistributedReqOutput,
-}
 CONTROL_REPLIES += tuple(UPDATE_REPLIES.values())
 WeightUpdateReq = Union[
     UpdateWeightFromDiskReqInput,
