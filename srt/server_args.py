@@ -36,6 +36,8 @@ HICACHE_WRITE_POLICIES = ["write_through", "write_through_selective", "write_bac
 SPECULATIVE_ALGORITHMS = ["NGRAM", "STANDALONE", "EAGLE", "EAGLE3"]
 # With speculation on, admission defaults to this many running requests (it wins at small batch).
 SPECULATIVE_MAX_RUNNING_REQUESTS = 48
+# --enable-deterministic-inference: the seed of sampled requests that bring none (SGLang's).
+DETERMINISTIC_DEFAULT_SEED = 42
 # The parsers' own registries (srt/parsers) are checked against these names by the tests.
 TOOL_CALL_PARSERS = ["auto", "qwen", "qwen25", "hermes", "llama3", "mistral"]
 REASONING_PARSERS = ["deepseek-r1", "qwen3", "qwen3-thinking"]
@@ -281,6 +283,13 @@ class ServerArgs:
         ATTENTION_BACKENDS,
     )
     disable_cuda_graph: bool = _f(False, "Run decode eagerly instead of replaying CUDA graphs.")
+    enable_deterministic_inference: bool = _f(
+        False,
+        "Batch-invariant matmuls and attention: a request's logits (and with a seed its samples) "
+        "do not depend on what it is batched with, how its prompt is chunked or how much of it "
+        "the radix cache held. Sampled requests without sampling_seed use seed "
+        f"{DETERMINISTIC_DEFAULT_SEED}. Slower.",
+    )
     enable_weights_cpu_backup: bool = _f(
         False,
         "Keep a host copy of the weights while /release_memory_occupation has freed them, and put "
@@ -474,6 +483,8 @@ class ServerArgs:
             errs.append("--hicache-storage-backend needs --enable-hierarchical-cache")
         if self.speculative_algorithm is not None:
             self._validate_speculative(need)
+        if self.enable_deterministic_inference:
+            self._validate_deterministic(need)
         if errs:
             raise ValueError("Invalid server arguments:\n  " + "\n  ".join(errs))
 
@@ -525,6 +536,27 @@ class ServerArgs:
             not self.enable_mixed_chunk,
             "--enable-mixed-chunk with speculative decoding is not built",
         )
+
+    def _validate_deterministic(self, need) -> None:
+        flag = "--enable-deterministic-inference"
+        need(
+            self.speculative_algorithm is None,
+            f"{flag} with speculative decoding is not built (verify passes are extend-shaped)",
+        )
+        need(
+            self.quantization is None,
+            f"{flag} with --quantization is not built (the FP8 matmuls are not batch-invariant)",
+        )
+        if self.resolved_device() == "cuda":
+            need(
+                self.resolved_attention_backend() == "triton",
+                f"{flag} on CUDA needs --attention-backend triton",
+            )
+            need(
+                not self.enable_mixed_chunk,
+                f"{flag} with --enable-mixed-chunk on CUDA is not built (a decode row in an "
+                "extend pass takes the extend kernel)",
+            )
 
     # ------------------------------------------------------------------
     def resolved_device(self) -> str:

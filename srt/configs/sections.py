@@ -27,6 +27,7 @@ class ModelSection:
     disable_pdl: bool
     cublas_workspace_kib: int
     quantization: Optional[str] = None
+    enable_deterministic_inference: bool = False
     # Decode-batch rows per running request: speculative verify passes run one row per token.
     decode_rows_per_request: int = 1
     # The graphs wait for the caller (init_cuda_graphs): an EAGLE head's hidden-state layers are
@@ -47,6 +48,7 @@ class ModelSection:
             disable_pdl=sa.disable_pdl,
             cublas_workspace_kib=sa.cublas_workspace_kib,
             quantization=sa.quantization,
+            enable_deterministic_inference=sa.enable_deterministic_inference,
             decode_rows_per_request=(
                 sa.speculative_num_draft_tokens if sa.speculative_algorithm else 1
             ),

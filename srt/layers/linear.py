@@ -24,6 +24,8 @@ from torch import nn
 from sglang.srt.distributed.parallel_state import get_tp_rank, get_tp_size, tp_all_reduce
 
 _skinny_matmul = None  # triton_ops.small_m_gemm.SkinnyMatmul on CUDA (--skinny-matmul), or None
+# batch_invariant's matmul under --enable-deterministic-inference (it then takes every product).
+_invariant_matmul = None
 
 
 def set_skinny_matmul(impl) -> None:
@@ -31,10 +33,17 @@ def set_skinny_matmul(impl) -> None:
     _skinny_matmul = impl
 
 
+def set_invariant_matmul(impl) -> None:
+    global _invariant_matmul
+    _invariant_matmul = impl
+
+
 def linear(
     x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None
 ) -> torch.Tensor:
     """F.linear, or the bound skinny-matrix kernel for inputs of few rows where it takes them."""
+    if _invariant_matmul is not None:
+        return _invariant_matmul(x, weight, bias)
     skinny = _skinny_matmul
     if (
         skinny is not None

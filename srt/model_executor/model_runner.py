@@ -105,6 +105,7 @@ class ModelRunner:
         self._init_pools(req_to_token_pool)
         self.attn_backend = self._make_attn_backend()
         self.fused_ops = self._bind_fused_ops()
+        self._bind_batch_invariant()
         self.graph_runner = None
         self._graph_hidden: Optional[Tuple[int, ...]] | bool = False  # False: never captured
         if not model.defer_cuda_graph:
@@ -289,7 +290,9 @@ class ModelRunner:
         if name == "torch_native":
             from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
 
-            return TorchNativeAttnBackend(self)
+            return TorchNativeAttnBackend(
+                self, deterministic=self.model_section.enable_deterministic_inference
+            )
         if name == "triton":
             if self.device != "cuda":
                 raise ValueError("--attention-backend triton needs a CUDA device")
@@ -313,6 +316,17 @@ class ModelRunner:
             sa.skinny_matmul
         ]
         return bind_fused_ops(skinny_matmul=mode, pdl=not sa.disable_pdl)
+
+    def _bind_batch_invariant(self) -> None:
+        """--enable-deterministic-inference: every matmul through batch_invariant's (the binding is
+        per process, so a runner without the flag undoes an earlier one's)."""
+        from sglang.srt.layers import batch_invariant
+
+        if self.model_section.enable_deterministic_inference:
+            batch_invariant.bind_batch_invariant(self.device)
+            logger.info("deterministic inference: batch-invariant matmuls and attention")
+        else:
+            batch_invariant.unbind_batch_invariant()
 
     # ------------------------------------------------------------------ forward
     def forward(self, fb: ForwardBatch) -> LogitsProcessorOutput:

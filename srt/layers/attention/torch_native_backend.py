@@ -13,14 +13,19 @@ import torch
 import torch.nn.functional as F
 
 from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
+from sglang.srt.layers.attention.invariant_attention import tiled_attention
 
 # Bound on padded elements (bs * max_len) per decode group, to cap the gathered K/V memory.
 _DECODE_GROUP_ELEMS = 1 << 16
+# Deterministic mode: queries of one request's extend attended together (bounds the tile products).
+_INVARIANT_QUERY_CHUNK = 64
 
 
 class TorchNativeAttnBackend(AttentionBackend):
-    def __init__(self, model_runner=None):
+    def __init__(self, model_runner=None, deterministic: bool = False):
         self.model_runner = model_runner
+        # --enable-deterministic-inference: every query through invariant_attention's tiles.
+        self.deterministic = deterministic
 
     @staticmethod
     def _store_and_buffers(k, v, layer, forward_batch, save_kv_cache: bool):
@@ -33,6 +38,8 @@ class TorchNativeAttnBackend(AttentionBackend):
     def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True):
         pool, k_buf, v_buf = self._store_and_buffers(k, v, layer, forward_batch, save_kv_cache)
         H, D, Dv = layer.tp_q_head_num, layer.head_dim, layer.v_head_dim
+        if self.deterministic:
+            return self._extend_invariant(q, layer, forward_batch, pool, k_buf, v_buf)
         q = q.view(-1, H, D)
         out = torch.empty((q.shape[0], H, Dv), dtype=q.dtype, device=q.device)
         r2t = forward_batch.req_to_token_pool.req_to_token
@@ -64,6 +71,8 @@ class TorchNativeAttnBackend(AttentionBackend):
     def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True):
         pool, k_buf, v_buf = self._store_and_buffers(k, v, layer, forward_batch, save_kv_cache)
         H, D, Dv = layer.tp_q_head_num, layer.head_dim, layer.v_head_dim
+        if self.deterministic:
+            return self._decode_invariant(q, layer, forward_batch, pool, k_buf, v_buf)
         Hkv = layer.tp_k_head_num
         bs = q.shape[0]
         q = q.view(bs, Hkv, H // Hkv, D)
@@ -85,6 +94,47 @@ class TorchNativeAttnBackend(AttentionBackend):
             s = s.masked_fill(~valid[:, None, None, :], float("-inf"))
             p = torch.softmax(s, dim=-1)
             out[idx] = torch.einsum("bkgl,blkd->bkgd", p, vv.float()).to(q.dtype)
+        return out.view(bs, H * Dv)
+
+    def _extend_invariant(self, q, layer, fb, pool, k_buf, v_buf) -> torch.Tensor:
+        H, Hkv, D, Dv = layer.tp_q_head_num, layer.tp_k_head_num, layer.head_dim, layer.v_head_dim
+        q = q.view(-1, Hkv, H // Hkv, D)
+        out = torch.empty((q.shape[0], Hkv, H // Hkv, Dv), dtype=q.dtype, device=q.device)
+        r2t = fb.req_to_token_pool.req_to_token
+        rows, seq_lens = fb.req_pool_indices.tolist(), fb.seq_lens_cpu.tolist()
+        ks, vs = pool.k_scale[layer.layer_id], pool.v_scale[layer.layer_id]
+        start = 0
+        for i, ext in enumerate(fb.extend_seq_lens_cpu):
+            seq = seq_lens[i]
+            slots = r2t[rows[i], :seq].long()
+            kk = _kv_dtype(k_buf[slots], q.dtype, ks)[None]
+            vv = _kv_dtype(v_buf[slots], q.dtype, vs)[None]
+            for c in range(0, ext, _INVARIANT_QUERY_CHUNK):
+                n = min(_INVARIANT_QUERY_CHUNK, ext - c)
+                pos = torch.arange(seq - ext + c, seq - ext + c + n, device=q.device)
+                sl = slice(start + c, start + c + n)
+                o = tiled_attention(q[sl], kk, vv, pos, layer.scaling, layer.logit_cap)
+                out[sl] = o.to(q.dtype)
+            start += ext
+        return out.view(-1, H * Dv)
+
+    def _decode_invariant(self, q, layer, fb, pool, k_buf, v_buf) -> torch.Tensor:
+        H, Hkv, D, Dv = layer.tp_q_head_num, layer.tp_k_head_num, layer.head_dim, layer.v_head_dim
+        bs = q.shape[0]
+        q = q.view(bs, Hkv, H // Hkv, D)
+        out = torch.empty((bs, Hkv, H // Hkv, Dv), dtype=q.dtype, device=q.device)
+        r2t = fb.req_to_token_pool.req_to_token
+        ks, vs = pool.k_scale[layer.layer_id], pool.v_scale[layer.layer_id]
+        for sel in _decode_groups(fb.seq_lens_cpu.tolist()):
+            idx = torch.tensor(sel, device=q.device)
+            L = int(fb.seq_lens_cpu[sel].max())
+            lens = fb.seq_lens[idx]
+            valid = torch.arange(L, device=q.device)[None, :] < lens[:, None]
+            slots = r2t[fb.req_pool_indices[idx], :L].long().masked_fill(~valid, 0)
+            kk = _kv_dtype(k_buf[slots], q.dtype, ks)
+            vv = _kv_dtype(v_buf[slots], q.dtype, vs)
+            o = tiled_attention(q[idx], kk, vv, lens - 1, layer.scaling, layer.logit_cap)
+            out[idx] = o.to(q.dtype)
         return out.view(bs, H * Dv)
 
 

@@ -65,7 +65,7 @@ from sglang.srt.core.io_struct.to_tokenizer import (
 from sglang.srt.managers.tokenizer.prompt_break_report import describe_prompt_break
 from sglang.srt.managers.tokenizer.request_preparer import PreparedReq, RequestPreparer
 from sglang.srt.managers.tokenizer.request_state import GenerateError, ReqState
-from sglang.srt.server_args import PortArgs, ServerArgs
+from sglang.srt.server_args import DETERMINISTIC_DEFAULT_SEED, PortArgs, ServerArgs
 from sglang.srt.utils.hf_tokenizer import get_tokenizer
 
 __all__ = ["GenerateError", "TokenizerManager"]
@@ -331,6 +331,8 @@ class TokenizerManager:
         """n > 1: cache the prompt once (a prefill-only request), then fan out n copies."""
         out = []
         for p in prepared:
+            if self.server_args.enable_deterministic_inference and p.sp.sampling_seed is None:
+                p.sp.sampling_seed = DETERMINISTIC_DEFAULT_SEED
             n = p.sp.n
             if n == 1:
                 out.append(p)
