@@ -166,6 +166,7 @@ def make_runner(args, model_path: str, max_bs: int, max_len: int):
         skinny_matmul=args.skinny_matmul,
         disable_pdl=args.disable_pdl,
         cublas_workspace_kib=args.cublas_workspace_kib,
+        enable_deterministic_inference=args.enable_deterministic_inference,
     )
     device = sa.resolved_device()
     return ModelRunner.from_server_args(
@@ -529,6 +530,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="prefill larger batches in groups of requests up to this many tokens per pass",
     )
     p.add_argument("--disable-cuda-graph", action="store_true")
+    p.add_argument(
+        "--enable-deterministic-inference",
+        action="store_true",
+        help="batch-invariant matmuls and attention (ServerArgs' flag)",
+    )
     p.add_argument("--skinny-matmul", default="auto", choices=["auto", "triton", "cublas"])
     p.add_argument("--disable-pdl", action="store_true")
     p.add_argument(

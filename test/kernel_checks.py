@@ -981,10 +981,18 @@ def fused_cases(full: bool) -> List[tuple]:
     return cases
 
 
+def invariant_cases(full: bool) -> List[tuple]:
+    """The deterministic-inference kernels (invariance_checks.py imports this module's builders)."""
+    from invariance_checks import invariant_cases as cases
+
+    return cases(full)
+
+
 GROUPS: Dict[str, Callable[[bool], List[tuple]]] = {
     "decode": decode_cases,
     "extend": extend_cases,
     "fused": fused_cases,
+    "invariant": invariant_cases,
 }
 TOL = 2e-5  # float32 on CPU: only summation order differs (cases may give their own tolerance)
 

@@ -29,6 +29,7 @@ from sglang.srt.layers.quantization import fp8_gemm, fp8_gemv, fp8_kernels
 from sglang.srt.layers.triton_ops import (
     activation,
     gemv,
+    invariant_matmul,
     kv_store,
     rms_norm,
     rotary,
@@ -202,6 +203,7 @@ def main(argv: Optional[list] = None) -> int:
                         HAS_CAP=cap,
                         SLOT_INT64=cap,
                         SCALED_PREFIX=cap,
+                        KEYS_FROM_POOL=cap,
                         DOT_PREC="tf32",
                     ),
                     cfg["num_warps"],
@@ -481,6 +483,7 @@ def main(argv: Optional[list] = None) -> int:
                 SLOT_INT64=False,
                 SCALED_PREFIX=True,
                 DOT_PREC="tf32",
+                KEYS_FROM_POOL=True,
             ),
             cfg["num_warps"],
             cfg["num_stages"],
@@ -543,11 +546,29 @@ def main(argv: Optional[list] = None) -> int:
             SLOT_INT64=False,
             SCALED_PREFIX=False,
             DOT_PREC="ieee",
+            KEYS_FROM_POOL=False,
         ),
         cfg["num_warps"],
         cfg["num_stages"],
         EXT_FLOATS,
     )
+    for dt in ("bf16", "fp16"):
+        cfg = invariant_matmul._CONFIG_CUDA
+        ok &= compile_kernel(
+            f"invariant matmul {dt}",
+            invariant_matmul._invariant_mm_kernel,
+            {"X": f"*{dt}", "W": f"*{dt}", "Y": f"*{dt}", "Bias": f"*{dt}"},
+            dict(
+                HAS_BIAS=dt == "fp16",
+                BLOCK_M=cfg["BLOCK_M"],
+                BLOCK_N=cfg["BLOCK_N"],
+                BLOCK_K=cfg["BLOCK_K"],
+                GROUP_M=cfg["GROUP_M"],
+                DOT_PREC="tf32",
+            ),
+            cfg["num_warps"],
+            cfg["num_stages"],
+        )
     ok &= compile_kernel(
         "sampler race fp32",
         sampling._race_kernel,

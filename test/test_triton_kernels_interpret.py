@@ -36,7 +36,7 @@ def _run(script: str, *args: str, interpret: bool, timeout: int) -> None:
     assert proc.returncode == 0, f"{script} {' '.join(args)} exited {proc.returncode}:\n{report}"
 
 
-@pytest.mark.parametrize("group", ["decode", "extend", "fused"])
+@pytest.mark.parametrize("group", ["decode", "extend", "fused", "invariant"])
 def test_kernels_match_torch_in_interpreter(group: str) -> None:
     _run("kernel_checks.py", group, interpret=True, timeout=300)
 

@@ -72,6 +72,12 @@ class DecodeMetadata:
     max_splits: int = DEFAULT_MAX_KV_SPLITS
 
 
+# Deterministic inference: decode splits of this many tokens, at most DETERMINISTIC_MAX_SPLITS, at
+# every batch size (a request's split points must follow its own length alone).
+DETERMINISTIC_SPLIT_LEN = 256
+DETERMINISTIC_MAX_SPLITS = 16
+
+
 class TritonAttnBackend(AttentionBackend):
     supports_cuda_graph = True
 
@@ -88,6 +94,8 @@ class TritonAttnBackend(AttentionBackend):
         self.num_kv_heads = cfg.kv_heads_per_rank(tp)
         self.v_head_dim = cfg.head_dim
         self.max_kv_splits = max_kv_splits
+        section = getattr(model_runner, "model_section", None)
+        self.deterministic = bool(getattr(section, "enable_deterministic_inference", False))
         if num_sms is None:
             num_sms = (
                 torch.cuda.get_device_properties(model_runner.gpu_id).multi_processor_count
@@ -103,6 +111,8 @@ class TritonAttnBackend(AttentionBackend):
 
     # ------------------------------------------------------------------ per pass
     def splits_cap(self, bs: int) -> int:
+        if self.deterministic:
+            return DETERMINISTIC_MAX_SPLITS
         heads = decode_head_programs(self.num_heads, self.num_kv_heads)
         return max_kv_splits_for(bs, heads, self.num_sms, self.max_kv_splits)
 
@@ -135,6 +145,7 @@ class TritonAttnBackend(AttentionBackend):
             req_to_token,
             req_pool_indices,
             out_cache_loc,
+            fixed_split_len=DETERMINISTIC_SPLIT_LEN if self.deterministic else None,
         )
 
     def init_forward_metadata(self, forward_batch: "ForwardBatch") -> None:
@@ -207,6 +218,7 @@ class TritonAttnBackend(AttentionBackend):
             layer.logit_cap,
             k_scale=pool.k_scale[lid],
             v_scale=pool.v_scale[lid],
+            keys_from_pool=self.deterministic,
         )
         return o.view(-1, H * Dv)
 
@@ -237,6 +249,7 @@ class TritonAttnBackend(AttentionBackend):
             layer.logit_cap,
             k_scale=pool.k_scale[lid],
             v_scale=pool.v_scale[lid],
+            deterministic=self.deterministic,
         )
         return o.view(bs, H * Dv)
 

@@ -518,6 +518,7 @@ def decode_attention_fwd(
     config: Optional[dict] = None,
     k_scale: float = 1.0,
     v_scale: float = 1.0,
+    deterministic: bool = False,
 ) -> None:
     """Decode attention; writes o [bs, H, Dv] in place.
 
@@ -530,6 +531,8 @@ def decode_attention_fwd(
     k_buffer / v_buffer may be float8_e4m3fn holding K / k_scale and V / v_scale: tiles are widened
     to q's dtype in registers, k_scale is folded into the logit scale and v_scale into the merge, so
     no dequantised copy of the pool is ever made.
+    deterministic: one stage-2 kernel at every batch size (the blocked one for large batches is
+    another compilation of the merge, whose float ops need not round alike).
     """
     bs, num_heads, head_dim = q.shape
     num_kv_heads = k_buffer.shape[1]
@@ -635,7 +638,7 @@ def decode_attention_fwd(
         o.stride(1),
     )
     warps = 4 if q.is_cuda else 1
-    if bs >= _STAGE2_BLOCKED_MIN_BS:
+    if bs >= _STAGE2_BLOCKED_MIN_BS and not deterministic:
         block_hs = min(_STAGE2_BLOCK_HS, triton.next_power_of_2(num_heads))
         _decode_stage2_blocked[(bs, triton.cdiv(num_heads, block_hs))](
             *stage2,

@@ -9,6 +9,8 @@ does, and writes req_to_token[row, seq_len - 1] = slot.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 import triton
 import triton.language as tl
@@ -67,10 +69,16 @@ def decode_prologue(
     out_cache_loc: torch.Tensor,
     waves: int = 3,
     min_split_len: int = 64,
+    fixed_split_len: Optional[int] = None,
 ) -> None:
     """num_kv_splits[:] = compute_num_kv_splits(seq_lens, ...) (same rule, same arguments) and
     req_to_token[req_pool_indices[i], seq_lens[i] - 1] = out_cache_loc[i] (a decode pass's seq_lens
-    include its new token). Graph-capturable: no host sync."""
+    include its new token). Graph-capturable: no host sync. fixed_split_len: splits of that many
+    tokens (up to max_kv_splits), from each request's own length alone, not the batch's work
+    (deterministic inference: a request's split points must not depend on the other requests)."""
+    head_programs = decode_head_programs(num_heads, num_kv_heads)
+    if fixed_split_len is not None:
+        head_programs, min_split_len = 0, fixed_split_len  # the batch's work counts as zero
     bs = seq_lens.shape[0]
     assert num_kv_splits.shape[0] >= bs and num_kv_splits.dtype == torch.int32
     assert req_to_token.stride(1) == 1 and req_to_token.dtype == torch.int32
@@ -85,7 +93,7 @@ def decode_prologue(
         req_to_token.stride(0),
         num_kv_splits,
         bs,
-        decode_head_programs(num_heads, num_kv_heads),
+        head_programs,
         max(1, num_sms * waves),
         min_split_len,
         max_kv_splits,

@@ -9,6 +9,12 @@ One program = (query head, block of BLOCK_M new tokens, request). The kernel run
 share one online softmax: first over the prefix (gathered slots), then over the new tokens
 (contiguous rows). K/V of the new tokens are read from k_extend / v_extend, never from the pool,
 so the caller may store them into the pool before or after this call.
+
+keys_from_pool (deterministic inference): one loop over all of a request's keys, prefix and new
+alike, read from the pool (which must hold the new tokens' K/V already) in BLOCK_N tiles from key 0,
+each query seeing keys up to its own position. A query's output is then the same bits wherever the
+prefix ends (a radix hit, a prompt chunk) and whatever block of queries it shares: tiles past its
+position leave its running max, sum and accumulator exactly as they were.
 """
 
 from __future__ import annotations
@@ -97,6 +103,7 @@ def _extend_attention_kernel(
     SLOT_INT64: tl.constexpr,
     SCALED_PREFIX: tl.constexpr,
     DOT_PREC: tl.constexpr,
+    KEYS_FROM_POOL: tl.constexpr,
 ):
     h = tl.program_id(0)
     # Last query blocks see the most keys: launch them first so the tail of the grid is short.
@@ -136,74 +143,101 @@ def _extend_attention_kernel(
         l_i = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
 
-        # Phase 1: the cached prefix, gathered slot by slot through req_to_token.
-        for n0 in range(0, prefix_len, BLOCK_N):
-            offs = n0 + offs_n
-            mask_n = offs < prefix_len
-            slot = tl.load(slot_row + offs, mask=mask_n, other=0)
-            if SLOT_INT64:  # only for pools with >= 2^31 elements per buffer
-                slot = slot.to(tl.int64)
-            k = tl.load(
-                kb_base + slot[None, :] * stride_kbt + offs_d[:, None],
-                mask=mask_d[:, None] & mask_n[None, :],
-                other=0.0,
-            )
-            # prefix_k_scale = sm_scale * k_scale: an fp8 pool holds K / k_scale (1.0 otherwise).
-            qk = tl.dot(q, k.to(q.dtype), input_precision=DOT_PREC) * prefix_k_scale
-            qk = _soft_cap(qk, logit_cap, HAS_CAP)
-            # log2 domain (x log2(e)) so the softmax uses exp2; masked positions get -inf.
-            qk = tl.where(mask_n[None, :], qk * 1.4426950408889634, float("-inf"))
-            v = tl.load(
-                vb_base + slot[:, None] * stride_vbt + offs_dv[None, :],
-                mask=mask_n[:, None] & mask_dv[None, :],
-                other=0.0,
-            )
-            m_i, l_i, acc = _online_softmax_step(
-                qk, v, m_i, l_i, acc, q.dtype, prefix_v_scale, SCALED_PREFIX, DOT_PREC
-            )
+        if KEYS_FROM_POOL:
+            q_pos = prefix_len + offs_m
+            kv_end = tl.minimum(seq_len, prefix_len + m_start + BLOCK_M)
+            for n0 in range(0, kv_end, BLOCK_N):
+                offs = n0 + offs_n
+                mask_n = offs < kv_end
+                slot = tl.load(slot_row + offs, mask=mask_n, other=0)
+                if SLOT_INT64:
+                    slot = slot.to(tl.int64)
+                k = tl.load(
+                    kb_base + slot[None, :] * stride_kbt + offs_d[:, None],
+                    mask=mask_d[:, None] & mask_n[None, :],
+                    other=0.0,
+                )
+                qk = tl.dot(q, k.to(q.dtype), input_precision=DOT_PREC) * prefix_k_scale
+                qk = _soft_cap(qk, logit_cap, HAS_CAP)
+                seen = mask_n[None, :] & (offs[None, :] <= q_pos[:, None])
+                qk = tl.where(seen, qk * 1.4426950408889634, float("-inf"))
+                v = tl.load(
+                    vb_base + slot[:, None] * stride_vbt + offs_dv[None, :],
+                    mask=mask_n[:, None] & mask_dv[None, :],
+                    other=0.0,
+                )
+                m_i, l_i, acc = _online_softmax_step(
+                    qk, v, m_i, l_i, acc, q.dtype, prefix_v_scale, SCALED_PREFIX, DOT_PREC
+                )
+        else:
+            # Phase 1: the cached prefix, gathered slot by slot through req_to_token.
+            for n0 in range(0, prefix_len, BLOCK_N):
+                offs = n0 + offs_n
+                mask_n = offs < prefix_len
+                slot = tl.load(slot_row + offs, mask=mask_n, other=0)
+                if SLOT_INT64:  # only for pools with >= 2^31 elements per buffer
+                    slot = slot.to(tl.int64)
+                k = tl.load(
+                    kb_base + slot[None, :] * stride_kbt + offs_d[:, None],
+                    mask=mask_d[:, None] & mask_n[None, :],
+                    other=0.0,
+                )
+                # prefix_k_scale = sm_scale * k_scale: an fp8 pool holds K / k_scale (1.0 otherwise).
+                qk = tl.dot(q, k.to(q.dtype), input_precision=DOT_PREC) * prefix_k_scale
+                qk = _soft_cap(qk, logit_cap, HAS_CAP)
+                # log2 domain (x log2(e)) so the softmax uses exp2; masked positions get -inf.
+                qk = tl.where(mask_n[None, :], qk * 1.4426950408889634, float("-inf"))
+                v = tl.load(
+                    vb_base + slot[:, None] * stride_vbt + offs_dv[None, :],
+                    mask=mask_n[:, None] & mask_dv[None, :],
+                    other=0.0,
+                )
+                m_i, l_i, acc = _online_softmax_step(
+                    qk, v, m_i, l_i, acc, q.dtype, prefix_v_scale, SCALED_PREFIX, DOT_PREC
+                )
 
-        # Phase 2a: new-token keys entirely below this query block: no mask at all.
-        full_end = (m_start // BLOCK_N) * BLOCK_N
-        for n0 in range(0, full_end, BLOCK_N):
-            offs = n0 + offs_n
-            k = tl.load(
-                kx_base + offs[None, :] * stride_kt + offs_d[:, None],
-                mask=mask_d[:, None],
-                other=0.0,
-            )
-            qk = tl.dot(q, k.to(q.dtype), input_precision=DOT_PREC) * sm_scale
-            qk = _soft_cap(qk, logit_cap, HAS_CAP) * 1.4426950408889634
-            v = tl.load(
-                vx_base + offs[:, None] * stride_vt + offs_dv[None, :],
-                mask=mask_dv[None, :],
-                other=0.0,
-            )
-            m_i, l_i, acc = _online_softmax_step(
-                qk, v, m_i, l_i, acc, q.dtype, 1.0, False, DOT_PREC
-            )
+            # Phase 2a: new-token keys entirely below this query block: no mask at all.
+            full_end = (m_start // BLOCK_N) * BLOCK_N
+            for n0 in range(0, full_end, BLOCK_N):
+                offs = n0 + offs_n
+                k = tl.load(
+                    kx_base + offs[None, :] * stride_kt + offs_d[:, None],
+                    mask=mask_d[:, None],
+                    other=0.0,
+                )
+                qk = tl.dot(q, k.to(q.dtype), input_precision=DOT_PREC) * sm_scale
+                qk = _soft_cap(qk, logit_cap, HAS_CAP) * 1.4426950408889634
+                v = tl.load(
+                    vx_base + offs[:, None] * stride_vt + offs_dv[None, :],
+                    mask=mask_dv[None, :],
+                    other=0.0,
+                )
+                m_i, l_i, acc = _online_softmax_step(
+                    qk, v, m_i, l_i, acc, q.dtype, 1.0, False, DOT_PREC
+                )
 
-        # Phase 2b: the diagonal tiles, causal (key j <= query i) and clipped to the request.
-        ext_end = tl.minimum(ext_len, m_start + BLOCK_M)
-        for n0 in range(full_end, ext_end, BLOCK_N):
-            offs = n0 + offs_n
-            mask_n = offs < ext_end
-            k = tl.load(
-                kx_base + offs[None, :] * stride_kt + offs_d[:, None],
-                mask=mask_d[:, None] & mask_n[None, :],
-                other=0.0,
-            )
-            qk = tl.dot(q, k.to(q.dtype), input_precision=DOT_PREC) * sm_scale
-            qk = _soft_cap(qk, logit_cap, HAS_CAP)
-            causal = mask_n[None, :] & (offs[None, :] <= offs_m[:, None])
-            qk = tl.where(causal, qk * 1.4426950408889634, float("-inf"))
-            v = tl.load(
-                vx_base + offs[:, None] * stride_vt + offs_dv[None, :],
-                mask=mask_n[:, None] & mask_dv[None, :],
-                other=0.0,
-            )
-            m_i, l_i, acc = _online_softmax_step(
-                qk, v, m_i, l_i, acc, q.dtype, 1.0, False, DOT_PREC
-            )
+            # Phase 2b: the diagonal tiles, causal (key j <= query i) and clipped to the request.
+            ext_end = tl.minimum(ext_len, m_start + BLOCK_M)
+            for n0 in range(full_end, ext_end, BLOCK_N):
+                offs = n0 + offs_n
+                mask_n = offs < ext_end
+                k = tl.load(
+                    kx_base + offs[None, :] * stride_kt + offs_d[:, None],
+                    mask=mask_d[:, None] & mask_n[None, :],
+                    other=0.0,
+                )
+                qk = tl.dot(q, k.to(q.dtype), input_precision=DOT_PREC) * sm_scale
+                qk = _soft_cap(qk, logit_cap, HAS_CAP)
+                causal = mask_n[None, :] & (offs[None, :] <= offs_m[:, None])
+                qk = tl.where(causal, qk * 1.4426950408889634, float("-inf"))
+                v = tl.load(
+                    vx_base + offs[:, None] * stride_vt + offs_dv[None, :],
+                    mask=mask_n[:, None] & mask_dv[None, :],
+                    other=0.0,
+                )
+                m_i, l_i, acc = _online_softmax_step(
+                    qk, v, m_i, l_i, acc, q.dtype, 1.0, False, DOT_PREC
+                )
 
         # Valid rows always include their own key, so l_i > 0 there; padded rows are not stored.
         out = acc / l_i[:, None]
@@ -248,6 +282,7 @@ def extend_attention_fwd(
     config: Optional[dict] = None,
     k_scale: float = 1.0,
     v_scale: float = 1.0,
+    keys_from_pool: bool = False,
 ) -> None:
     """Prefix + causal attention for the new tokens of a batch; writes o_extend [N, H, Dv] in place.
 
@@ -324,6 +359,7 @@ def extend_attention_fwd(
         SLOT_INT64=slot_int64,
         SCALED_PREFIX=v_scale != 1.0,
         DOT_PREC="ieee" if q_extend.dtype == torch.float32 else "tf32",
+        KEYS_FROM_POOL=keys_from_pool,
         num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"],
     )
