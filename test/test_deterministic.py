@@ -8,6 +8,10 @@ library product / softmax they replace.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -20,6 +24,9 @@ from sglang.srt.layers.attention.invariant_attention import KEY_TILE, tiled_atte
 from sglang.srt.layers.batch_invariant import padded_rows, rowwise_linear
 from sglang.srt.server_args import ServerArgs
 
+CHECK = os.path.join(
+    os.path.dirname(os.path.dirname(__file__)), "benchmark", "check_determinism.py"
+)
 PROMPT = "The quick brown fox jumps over the lazy dog because it was"
 OTHERS = [
     "Hello",
@@ -178,6 +185,13 @@ def test_the_default_model_over_http_twice_and_batched():
         assert outs[1]["meta_info"]["cached_tokens"] > 0
         assert "Paris" in outs[0]["text"]
         assert _lps(outs[1]) == _lps(outs[0]) == _lps(batch[1])
+        # The client check SGLang ships (benchmark/check_determinism.py), a mode per run.
+        for mode, temp in (("prefix", "0"), ("mixed", "0.8")):
+            tool = [sys.executable, CHECK, "--port", str(srv.port), "--test-mode", mode]
+            opts = ["--n-trials", "3", "--max-new-tokens", "4", "--temperature", temp]
+            out = subprocess.run(tool + opts, capture_output=True, text=True, timeout=600)
+            assert out.returncode == 0, out.stderr[-2000:]
+            assert out.stdout.strip().endswith("Unique samples: 1"), out.stdout
         srv.check_idle_invariant()
     finally:
         srv.stop()
