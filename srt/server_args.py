@@ -547,6 +547,9 @@ class ServerArgs:
             self.quantization is None,
             f"{flag} with --quantization is not built (the FP8 matmuls are not batch-invariant)",
         )
+        # Two ranks' partial sums add in either order to the same bits; with more, the all-reduce's
+        # order follows how the message is chunked, which follows the batch.
+        need(self.tp_size <= 2, f"{flag} with --tp-size > 2 is not built")
         if self.resolved_device() == "cuda":
             need(
                 self.resolved_attention_backend() == "triton",

@@ -96,6 +96,7 @@ def test_unsupported_combinations_are_refused_at_startup():
     for extra, word in (
         ({"speculative_algorithm": "NGRAM"}, "speculative"),
         ({"quantization": "fp8"}, "quantization"),
+        ({"tp_size": 4}, "tp-size"),
     ):
         with pytest.raises(ValueError, match=word):
             ServerArgs(enable_deterministic_inference=True, device="cpu", **extra).validate()

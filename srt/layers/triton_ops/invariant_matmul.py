@@ -11,6 +11,7 @@ shape-tuned kernel (decode's narrow products get fewer programs than the device 
 
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 import torch
@@ -18,8 +19,26 @@ import triton
 import triton.language as tl
 
 # One config for every problem, so no row's reduction order depends on M (see the module doc).
-_CONFIG_CUDA = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=3)
+_CONFIG_CUDA = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=3)
+# Products of more than LARGE_M rows may take a second config (SGLANG_INVARIANT_MM_LARGE), allowed
+# only where it gives the same bits as the first (the same wgmma shape family and K order).
+LARGE_M = 256
 _CONFIG_INTERPRET = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=4, num_warps=1, num_stages=1)
+_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages")
+
+
+def _parse(raw: str) -> dict:
+    return dict(zip(_KEYS, (int(v) for v in raw.split(","))))
+
+
+def config_from_env(m: int = 1) -> dict:
+    """SGLANG_INVARIANT_MM_CONFIG="BM,BN,BK,GM,warps,stages" replaces the CUDA config (A/B runs);
+    SGLANG_INVARIANT_MM_LARGE the one for more than LARGE_M rows."""
+    large = os.environ.get("SGLANG_INVARIANT_MM_LARGE")
+    if large and m > LARGE_M:
+        return _parse(large)
+    raw = os.environ.get("SGLANG_INVARIANT_MM_CONFIG")
+    return _parse(raw) if raw else _CONFIG_CUDA
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -73,7 +92,10 @@ def _invariant_mm_kernel(
 
 
 def invariant_matmul(
-    x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor] = None,
+    config: Optional[dict] = None,
 ) -> torch.Tensor:
     """F.linear(x, weight, bias) for x [..., K], weight [N, K]; each row's result is independent of
     the other rows."""
@@ -87,7 +109,7 @@ def invariant_matmul(
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0:
         return y.reshape(*lead, n)
-    cfg = _CONFIG_CUDA if x.is_cuda else _CONFIG_INTERPRET
+    cfg = config or (config_from_env(m) if x.is_cuda else _CONFIG_INTERPRET)
     grid = (triton.cdiv(m, cfg["BLOCK_M"]) * triton.cdiv(n, cfg["BLOCK_N"]),)
     _invariant_mm_kernel[grid](
         x2,
