@@ -196,3 +196,14 @@ def test_the_default_model_over_http_twice_and_batched():
         srv.check_idle_invariant()
     finally:
         srv.stop()
+
+
+def test_tensor_parallel_2_is_deterministic_too(tiny_models):
+    """Two ranks: the row-parallel partial sums add in either order to the same bits."""
+    kw = dict(model_path=tiny_models["llama"], enable_deterministic_inference=True)
+    with Engine(tp_size=2, max_total_tokens=4096, **kw) as e:
+        alone = e.generate(PROMPT, GREEDY, return_logprob=True)
+        again = e.generate(PROMPT, GREEDY, return_logprob=True)
+        batched = e.generate(OTHERS + [PROMPT], GREEDY, return_logprob=True)[-1]
+    assert again["meta_info"]["cached_tokens"] > 0
+    assert _lps(alone) == _lps(again) == _lps(batched)
