@@ -9,7 +9,8 @@ with, how its prompt was chunked, or how much of it came from the radix cache:
 - Linear layers (and the LM head): on the CPU each row is its own [1, K] x [K, N] product on a
   freshly allocated copy (every row then takes the same library path with the same alignment); on
   CUDA one Triton kernel with a fixed tile shape and no split-K (triton_ops/invariant_matmul.py).
-- Attention: invariant_attention.py (CPU) and the Triton backend's deterministic split rule.
+- Attention: invariant_attention.py on the CPU; on CUDA the Triton backend's extend kernel reads
+  every key from the pool in tiles from key 0 and its decode splits follow each request's length.
 - Elementwise transcendental functions on the CPU: torch's vectorized loop computes exp / sigmoid
   with a vector routine and the leftover tail of a chunk with the scalar one, which can differ in
   the last bit. Deterministic mode runs the scheduler's torch ops on one thread (one chunk per op)
@@ -56,19 +57,11 @@ def silu_and_mul_rows(x: torch.Tensor) -> torch.Tensor:
     return padded_rows(F.silu, x[..., :d]) * x[..., d:]
 
 
-class InvariantCudaLinear:
-    """The linear hook on CUDA: the fixed-tile Triton matmul for every 2-D input."""
+def cuda_linear(x, weight, bias=None):
+    """The linear hook on CUDA: the fixed-tile Triton matmul (imported late: no Triton on CPU)."""
+    from sglang.srt.layers.triton_ops.invariant_matmul import invariant_matmul
 
-    max_m = 1 << 62
-
-    def __call__(self, x, weight, bias=None):
-        from sglang.srt.layers.triton_ops.invariant_matmul import invariant_matmul
-
-        return invariant_matmul(x, weight, bias)
-
-
-def cpu_linear(x, weight, bias=None):
-    return rowwise_linear(x, weight, bias)
+    return invariant_matmul(x, weight, bias)
 
 
 _saved_threads: Optional[int] = None
@@ -78,12 +71,12 @@ def bind_batch_invariant(device: str) -> None:
     """Route the layers through the invariant operations for this process."""
     global _saved_threads
     if device == "cuda":
-        linear_mod.set_invariant_matmul(InvariantCudaLinear())
+        linear_mod.set_invariant_matmul(cuda_linear)
         return
     if _saved_threads is None:
         _saved_threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    linear_mod.set_invariant_matmul(cpu_linear)
+    linear_mod.set_invariant_matmul(rowwise_linear)
     activation.set_cpu_silu_and_mul(silu_and_mul_rows)
 
 
