@@ -93,6 +93,9 @@ def launch_tree_verify(
         from_residual = race_argmax_torch(residual, row_hash(info.seeds, info.steps))
         emit = torch.where(info.greedy, greedy_pick, from_residual)
 
+    if layout.forced is not None:  # simulated acceptance: the first child down to that depth
+        forced = to_device(torch.tensor(layout.forced, dtype=torch.int64), dev)
+        ok = ~root & (rank == 0) & (depth <= forced[row_req])
     # The first accepted child of each node is the one followed.
     okc = ok.to(torch.int64)
     ok_ex = torch.cumsum(okc, dim=0) - okc

@@ -45,6 +45,8 @@ class VerifyLayout:
     starts: List[int]
     num_drafts: List[int]
     parents: Optional[List[List[int]]] = None
+    # Drafts each request accepts whatever the target says (simulated_acceptance.py; None: judged).
+    forced: Optional[List[int]] = None
 
     @classmethod
     def of(cls, num_drafts: List[int], parents: Optional[List[List[int]]] = None) -> "VerifyLayout":
@@ -161,6 +163,9 @@ def launch_verify(
         emit_if_final = torch.where(info.greedy, greedy_pick, from_p)
         emit_if_rejected = torch.where(info.greedy, greedy_pick, from_residual)
 
+    if layout.forced is not None:
+        forced = to_device(torch.tensor(layout.forced, dtype=torch.int64), dev)
+        accept = judges & (local < forced[row_req])
     # Leading accepted drafts per request: a cumulative product over each request's rows.
     acc = accept.to(torch.int64)
     accept_lens = torch.zeros(len(layout.starts), dtype=torch.int64, device=dev)

@@ -21,6 +21,7 @@ pass runs), and the sending of the previous verdict's tokens.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Callable, List, Optional
 
@@ -37,6 +38,7 @@ from sglang.srt.managers.scheduler.scheduler_state import KVPools, LaunchedBatch
 from sglang.srt.mem_cache.common import evict_for
 from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
 from sglang.srt.speculative.draft_tree import DraftTree
+from sglang.srt.speculative.simulated_acceptance import SimulatedAcceptance
 from sglang.srt.speculative.tree_verify import launch_tree_verify
 from sglang.srt.speculative.verify import (
     PendingVerify,
@@ -45,6 +47,8 @@ from sglang.srt.speculative.verify import (
     launch_verify,
 )
 from sglang.srt.utils.device_copy import to_device
+
+logger = logging.getLogger(__name__)
 
 
 class SpecDecoder:
@@ -73,6 +77,15 @@ class SpecDecoder:
         self.num_tree_passes = 0  # verify passes with a draft tree (the rest verify chains)
         self._moves_src: List[int] = []  # this pass's KV moves of accepted tree nodes
         self._moves_dst: List[int] = []
+        # SGLANG_SIMULATE_ACC_LEN: verdicts of a set acceptance instead of the target's.
+        self.simulated = SimulatedAcceptance.from_env()
+        if self.simulated is not None:
+            logger.warning(
+                "SGLANG_SIMULATE_ACC_LEN=%s (%s): drafts are accepted at that rate whatever the "
+                "target says; outputs are NOT the model's (a benchmark setting)",
+                self.simulated.accept_len,
+                self.simulated.method,
+            )
         # Per decoder: a benchmark may wrap its verdicts.
         self.launch_verify = launch_verify
         self.launch_tree_verify = launch_tree_verify
@@ -124,6 +137,8 @@ class SpecDecoder:
         CPU overlap loop's forward worker (None: queue on the device stream now)."""
         fb = batch.to_forward_batch()
         layout = VerifyLayout.of(batch.spec_num_drafts, batch.spec_parents)
+        if self.simulated is not None:
+            layout.forced = self.simulated.counts(batch.spec_num_drafts)
         row_reqs = [r for r, k in zip(batch.reqs, batch.spec_num_drafts) for _ in range(1 + k)]
         capture = self.proposer.capture
         fb.capture_hidden = capture
