@@ -6,7 +6,9 @@ program owns a BLOCK_M x BLOCK_N output tile and sums K in BLOCK_K steps from 0,
 accumulating in fp32, and never splits K. A row's output then depends only on that row and the
 weights: tensor-core products compute each output element from its own row and column, rows past M
 are masked to zeros, and the K order is the same whatever M is. The price is cuBLAS's choice of a
-shape-tuned kernel (decode's narrow products get fewer programs than the device has SMs).
+shape-tuned kernel (decode's narrow products get fewer programs than the device has SMs; prefill's
+wide ones run in small tiles). A second, larger config for big products is wired for A/B runs
+only (SGLANG_INVARIANT_MM_LARGE), off until a GPU run shows it gives the small config's bits.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ import triton.language as tl
 
 # One config for every problem, so no row's reduction order depends on M (see the module doc).
 _CONFIG_CUDA = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=3)
-# Products of more than LARGE_M rows may take a second config (SGLANG_INVARIANT_MM_LARGE), allowed
-# only where it gives the same bits as the first (the same wgmma shape family and K order).
+# Products of more than LARGE_M rows may take a second config (SGLANG_INVARIANT_MM_LARGE): valid
+# only if it gives the first config's bits (same wgmma family and K order), which is unmeasured.
 LARGE_M = 256
 _CONFIG_INTERPRET = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=4, num_warps=1, num_stages=1)
 _KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages")
