@@ -71,8 +71,6 @@ class TorchNativeAttnBackend(AttentionBackend):
     def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True):
         pool, k_buf, v_buf = self._store_and_buffers(k, v, layer, forward_batch, save_kv_cache)
         H, D, Dv = layer.tp_q_head_num, layer.head_dim, layer.v_head_dim
-        if self.deterministic:
-            return self._decode_invariant(q, layer, forward_batch, pool, k_buf, v_buf)
         Hkv = layer.tp_k_head_num
         bs = q.shape[0]
         q = q.view(bs, Hkv, H // Hkv, D)
@@ -82,12 +80,17 @@ class TorchNativeAttnBackend(AttentionBackend):
         for sel in _decode_groups(seq_lens_cpu.tolist()):
             idx = torch.tensor(sel, device=q.device)
             L = int(seq_lens_cpu[sel].max())
-            valid = torch.arange(L, device=q.device)[None, :] < forward_batch.seq_lens[idx][:, None]
+            lens = forward_batch.seq_lens[idx]
+            valid = torch.arange(L, device=q.device)[None, :] < lens[:, None]
             # Entries past a row's length are whatever the row held before (another pool's
             # scratch slots, for a tree search's rows): read the dummy slot there instead.
             slots = r2t[forward_batch.req_pool_indices[idx], :L].long().masked_fill(~valid, 0)
             kk = _kv_dtype(k_buf[slots], q.dtype, pool.k_scale[layer.layer_id])  # [g, L, Hkv, D]
             vv = _kv_dtype(v_buf[slots], q.dtype, pool.v_scale[layer.layer_id])
+            if self.deterministic:
+                o = tiled_attention(q[idx], kk, vv, lens - 1, layer.scaling, layer.logit_cap)
+                out[idx] = o.to(q.dtype)
+                continue
             s = torch.einsum("bkgd,blkd->bkgl", q[idx].float(), kk.float()) * layer.scaling
             if layer.logit_cap > 0:
                 s = layer.logit_cap * torch.tanh(s / layer.logit_cap)
@@ -117,25 +120,6 @@ class TorchNativeAttnBackend(AttentionBackend):
                 out[sl] = o.to(q.dtype)
             start += ext
         return out.view(-1, H * Dv)
-
-    def _decode_invariant(self, q, layer, fb, pool, k_buf, v_buf) -> torch.Tensor:
-        H, Hkv, D, Dv = layer.tp_q_head_num, layer.tp_k_head_num, layer.head_dim, layer.v_head_dim
-        bs = q.shape[0]
-        q = q.view(bs, Hkv, H // Hkv, D)
-        out = torch.empty((bs, Hkv, H // Hkv, Dv), dtype=q.dtype, device=q.device)
-        r2t = fb.req_to_token_pool.req_to_token
-        ks, vs = pool.k_scale[layer.layer_id], pool.v_scale[layer.layer_id]
-        for sel in _decode_groups(fb.seq_lens_cpu.tolist()):
-            idx = torch.tensor(sel, device=q.device)
-            L = int(fb.seq_lens_cpu[sel].max())
-            lens = fb.seq_lens[idx]
-            valid = torch.arange(L, device=q.device)[None, :] < lens[:, None]
-            slots = r2t[fb.req_pool_indices[idx], :L].long().masked_fill(~valid, 0)
-            kk = _kv_dtype(k_buf[slots], q.dtype, ks)
-            vv = _kv_dtype(v_buf[slots], q.dtype, vs)
-            o = tiled_attention(q[idx], kk, vv, lens - 1, layer.scaling, layer.logit_cap)
-            out[idx] = o.to(q.dtype)
-        return out.view(bs, H * Dv)
 
 
 def _kv_dtype(x: torch.Tensor, dtype: torch.dtype, scale: float) -> torch.Tensor:

@@ -33,14 +33,17 @@ def _parse(raw: str) -> dict:
     return dict(zip(_KEYS, (int(v) for v in raw.split(","))))
 
 
-def config_from_env(m: int = 1) -> dict:
-    """SGLANG_INVARIANT_MM_CONFIG="BM,BN,BK,GM,warps,stages" replaces the CUDA config (A/B runs);
-    SGLANG_INVARIANT_MM_LARGE the one for more than LARGE_M rows."""
-    large = os.environ.get("SGLANG_INVARIANT_MM_LARGE")
-    if large and m > LARGE_M:
-        return _parse(large)
-    raw = os.environ.get("SGLANG_INVARIANT_MM_CONFIG")
-    return _parse(raw) if raw else _CONFIG_CUDA
+# Read once: a process keeps one config (two with the large one) for all its products.
+_ENV_SMALL = os.environ.get("SGLANG_INVARIANT_MM_CONFIG")
+_ENV_LARGE = os.environ.get("SGLANG_INVARIANT_MM_LARGE")
+_SMALL = _parse(_ENV_SMALL) if _ENV_SMALL else _CONFIG_CUDA
+_LARGE = _parse(_ENV_LARGE) if _ENV_LARGE else None
+
+
+def config_for(m: int) -> dict:
+    """The CUDA config of an m-row product: SGLANG_INVARIANT_MM_CONFIG="BM,BN,BK,GM,warps,stages"
+    replaces the default (A/B runs), SGLANG_INVARIANT_MM_LARGE the one for more than LARGE_M rows."""
+    return _LARGE if _LARGE is not None and m > LARGE_M else _SMALL
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -111,7 +114,7 @@ def invariant_matmul(
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0:
         return y.reshape(*lead, n)
-    cfg = config or (config_from_env(m) if x.is_cuda else _CONFIG_INTERPRET)
+    cfg = config or (config_for(m) if x.is_cuda else _CONFIG_INTERPRET)
     grid = (triton.cdiv(m, cfg["BLOCK_M"]) * triton.cdiv(n, cfg["BLOCK_N"]),)
     _invariant_mm_kernel[grid](
         x2,

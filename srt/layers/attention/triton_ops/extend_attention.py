@@ -143,59 +143,40 @@ def _extend_attention_kernel(
         l_i = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
 
+        # Phase 1: the cached prefix, gathered slot by slot through req_to_token (keys_from_pool:
+        # every key up to this block's last query, this pass's included, causally masked).
+        pool_end = prefix_len
         if KEYS_FROM_POOL:
-            q_pos = prefix_len + offs_m
-            kv_end = tl.minimum(seq_len, prefix_len + m_start + BLOCK_M)
-            for n0 in range(0, kv_end, BLOCK_N):
-                offs = n0 + offs_n
-                mask_n = offs < kv_end
-                slot = tl.load(slot_row + offs, mask=mask_n, other=0)
-                if SLOT_INT64:
-                    slot = slot.to(tl.int64)
-                k = tl.load(
-                    kb_base + slot[None, :] * stride_kbt + offs_d[:, None],
-                    mask=mask_d[:, None] & mask_n[None, :],
-                    other=0.0,
-                )
-                qk = tl.dot(q, k.to(q.dtype), input_precision=DOT_PREC) * prefix_k_scale
-                qk = _soft_cap(qk, logit_cap, HAS_CAP)
-                seen = mask_n[None, :] & (offs[None, :] <= q_pos[:, None])
-                qk = tl.where(seen, qk * 1.4426950408889634, float("-inf"))
-                v = tl.load(
-                    vb_base + slot[:, None] * stride_vbt + offs_dv[None, :],
-                    mask=mask_n[:, None] & mask_dv[None, :],
-                    other=0.0,
-                )
-                m_i, l_i, acc = _online_softmax_step(
-                    qk, v, m_i, l_i, acc, q.dtype, prefix_v_scale, SCALED_PREFIX, DOT_PREC
-                )
-        else:
-            # Phase 1: the cached prefix, gathered slot by slot through req_to_token.
-            for n0 in range(0, prefix_len, BLOCK_N):
-                offs = n0 + offs_n
-                mask_n = offs < prefix_len
-                slot = tl.load(slot_row + offs, mask=mask_n, other=0)
-                if SLOT_INT64:  # only for pools with >= 2^31 elements per buffer
-                    slot = slot.to(tl.int64)
-                k = tl.load(
-                    kb_base + slot[None, :] * stride_kbt + offs_d[:, None],
-                    mask=mask_d[:, None] & mask_n[None, :],
-                    other=0.0,
-                )
-                # prefix_k_scale = sm_scale * k_scale: an fp8 pool holds K / k_scale (1.0 otherwise).
-                qk = tl.dot(q, k.to(q.dtype), input_precision=DOT_PREC) * prefix_k_scale
-                qk = _soft_cap(qk, logit_cap, HAS_CAP)
-                # log2 domain (x log2(e)) so the softmax uses exp2; masked positions get -inf.
-                qk = tl.where(mask_n[None, :], qk * 1.4426950408889634, float("-inf"))
-                v = tl.load(
-                    vb_base + slot[:, None] * stride_vbt + offs_dv[None, :],
-                    mask=mask_n[:, None] & mask_dv[None, :],
-                    other=0.0,
-                )
-                m_i, l_i, acc = _online_softmax_step(
-                    qk, v, m_i, l_i, acc, q.dtype, prefix_v_scale, SCALED_PREFIX, DOT_PREC
-                )
+            pool_end = tl.minimum(seq_len, prefix_len + m_start + BLOCK_M)
+        for n0 in range(0, pool_end, BLOCK_N):
+            offs = n0 + offs_n
+            mask_n = offs < pool_end
+            slot = tl.load(slot_row + offs, mask=mask_n, other=0)
+            if SLOT_INT64:  # only for pools with >= 2^31 elements per buffer
+                slot = slot.to(tl.int64)
+            k = tl.load(
+                kb_base + slot[None, :] * stride_kbt + offs_d[:, None],
+                mask=mask_d[:, None] & mask_n[None, :],
+                other=0.0,
+            )
+            # prefix_k_scale = sm_scale * k_scale: an fp8 pool holds K / k_scale (1.0 otherwise).
+            qk = tl.dot(q, k.to(q.dtype), input_precision=DOT_PREC) * prefix_k_scale
+            qk = _soft_cap(qk, logit_cap, HAS_CAP)
+            seen = mask_n[None, :]
+            if KEYS_FROM_POOL:
+                seen = seen & (offs[None, :] <= (prefix_len + offs_m)[:, None])
+            # log2 domain (x log2(e)) so the softmax uses exp2; masked positions get -inf.
+            qk = tl.where(seen, qk * 1.4426950408889634, float("-inf"))
+            v = tl.load(
+                vb_base + slot[:, None] * stride_vbt + offs_dv[None, :],
+                mask=mask_n[:, None] & mask_dv[None, :],
+                other=0.0,
+            )
+            m_i, l_i, acc = _online_softmax_step(
+                qk, v, m_i, l_i, acc, q.dtype, prefix_v_scale, SCALED_PREFIX, DOT_PREC
+            )
 
+        if not KEYS_FROM_POOL:
             # Phase 2a: new-token keys entirely below this query block: no mask at all.
             full_end = (m_start // BLOCK_N) * BLOCK_N
             for n0 in range(0, full_end, BLOCK_N):
