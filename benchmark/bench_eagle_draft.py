@@ -70,7 +70,7 @@ def measure(model_path: str, bs: int, args) -> dict:
     sched = dummy_scheduler(
         model_path,
         disable_overlap_schedule=True,
-        disable_cuda_graph=True,
+        disable_cuda_graph=not args.cuda_graph,
         max_total_tokens=max(bs * (args.input_len + args.output_len + 16), 4096),
         max_running_requests=bs,
         speculative_algorithm=args.eagle,
@@ -80,7 +80,7 @@ def measure(model_path: str, bs: int, args) -> dict:
         speculative_num_draft_tokens=args.num_draft_tokens,
     )
     proposer = sched.spec.proposer
-    real_draft, layer = proposer.draft, proposer.head._layer
+    real_draft, layer = proposer.draft, proposer.head.layer
     stats = dict(rounds=0, seconds=0.0, ops=0, passes=0, times=[])
 
     def counted_layer(*a):
@@ -107,7 +107,7 @@ def measure(model_path: str, bs: int, args) -> dict:
         prof.after(stats["rounds"])
         return out
 
-    proposer.draft, proposer.head._layer = timed_draft, counted_layer
+    proposer.draft, proposer.head.layer = timed_draft, counted_layer
     vocab = sched.model_config.vocab_size
     for i in range(bs):
         ids = [(7 * i + 13 * j) % (vocab - 2) + 1 for j in range(args.input_len)]
@@ -121,9 +121,15 @@ def measure(model_path: str, bs: int, args) -> dict:
         ms_per_round=1e3 * stats["seconds"] / n,
         # The first rounds at a new shape compile kernels: the median is the steady state.
         median_ms=1e3 * statistics.median(stats["times"] or [0.0]),
-        head_passes_per_round=stats["passes"] / n,
+        # Eager passes run the layer; replayed ones are the head's graph replays.
+        head_passes_per_round=(stats["passes"] + _replays(proposer)) / n,
         aten_ops_per_round=stats["ops"] / n if args.count_ops else None,
     )
+
+
+def _replays(proposer) -> int:
+    graphs = getattr(getattr(proposer, "runner", None), "graph_runner", None)
+    return 0 if graphs is None else graphs.num_replays
 
 
 def main(argv=None) -> list:
@@ -138,11 +144,21 @@ def main(argv=None) -> list:
     p.add_argument("--num-draft-tokens", type=int, default=4)
     p.add_argument("--count-ops", action="store_true", help="count aten ops (slows the timing)")
     p.add_argument(
+        "--cuda-graph", action="store_true", help="target and head replay CUDA graphs (GPU)"
+    )
+    p.add_argument(
+        "--eager-head",
+        action="store_true",
+        help="the head keeps per-request caches (SGLANG_EAGLE_EAGER=1), not its paged pool",
+    )
+    p.add_argument(
         "--profile-rounds", type=int, default=0, help="profile this many rounds per batch size"
     )
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         torch.set_num_threads(1)  # on a shared CPU, one thread keeps rounds comparable
+    if args.eager_head:
+        os.environ["SGLANG_EAGLE_EAGER"] = "1"
     model_path = write_model_config(args.model_config)
     rows = [measure(model_path, bs, args) for bs in args.batch_size]
     print(

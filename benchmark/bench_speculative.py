@@ -300,7 +300,8 @@ def main(argv=None) -> dict:
     p.add_argument(
         "--draft-eager",
         action="store_true",
-        help="the draft model's decode passes run eagerly (no draft CUDA graphs), for comparison",
+        help="the draft model's decode passes run eagerly (no draft CUDA graphs); an EAGLE head "
+        "keeps per-request caches (SGLANG_EAGLE_EAGER=1) instead of its paged pool; for comparison",
     )
     p.add_argument("--result-file", default=None)
     args = p.parse_args(argv)
@@ -323,6 +324,8 @@ def main(argv=None) -> dict:
         refs[bs] = dict(prompts=prompts, res=run(plain, prompts, args.output_len, f"plain{bs}"))
     del plain
     torch.cuda.empty_cache() if torch.cuda.is_available() else None
+    if args.eagle and args.draft_eager:
+        os.environ["SGLANG_EAGLE_EAGER"] = "1"
     spec = make_scheduler(args, model_path, spec=True)
     real_proposer = spec.spec.proposer if real_draft else None
     if args.draft_model_config and args.draft_eager:
@@ -357,7 +360,7 @@ def main(argv=None) -> dict:
             )
     drafter = (
         f"{args.eagle or args.draft_model_config} drafting (topk {args.topk}, "
-        f"{'eager' if args.draft_eager or args.eagle else 'graphs'}), oracle tokens"
+        f"{'eager' if args.draft_eager else 'graphs'}), oracle tokens"
         if real_draft
         else "oracle drafts"
     )

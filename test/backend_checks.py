@@ -163,6 +163,82 @@ def check_graph_hidden_states(path: str, seed: int) -> None:
         )
 
 
+def _head_runner(target: ModelRunner, head) -> ModelRunner:
+    """An EAGLE head's runner over the target's request table (as proposers._paged_eagle builds)."""
+    import dataclasses
+
+    from sglang.srt.speculative.eagle_model import EagleDraftModel, head_model_config
+
+    memory = dataclasses.replace(target.memory_section, exact_pool=True, eagle_head_path=None)
+    runner = ModelRunner(
+        head_model_config(head, target.model_config),
+        dataclasses.replace(target.model_section, decode_rows_per_request=2),
+        memory,
+        "cpu",
+        req_to_token_pool=target.req_to_token_pool,
+        prebuilt=EagleDraftModel(head),
+    )
+    use_triton(runner)
+    return runner
+
+
+def check_eagle_head_graphs(path: str, seed: int) -> None:
+    """An EAGLE head's decode passes replayed from graphs (bs 3 -> 4, a static feature buffer)
+    give the eager passes' logits and output features, twice in a row with new features (the
+    buffer is refilled) over KV an extend pass (absorbing 20 positions) wrote."""
+    import json
+    import tempfile
+
+    from model_fixtures import write_eagle_head
+
+    from sglang.srt.core.forward_batch_info import build_decode_batch, build_extend_batch
+    from sglang.srt.model_executor.cuda_graph_runner import CudaGraphRunner, EagerReplayGraph
+    from sglang.srt.speculative.eagle_head import load_eagle_head
+
+    target = make_runner(path)
+    with open(os.path.join(path, "config.json")) as f:
+        cfg = json.load(f)
+    g = torch.Generator().manual_seed(seed)
+    embed = target.model.model.embed_tokens.weight.data
+    with tempfile.TemporaryDirectory() as d:
+        write_eagle_head(d, cfg, "EAGLE", g)
+        head = load_eagle_head(d, cfg["num_hidden_layers"], embed, embed)
+    eager, graphed = _head_runner(target, head), _head_runner(target, head)
+    graphed.graph_runner = CudaGraphRunner(graphed, capture_bs=[4], graph_cls=EagerReplayGraph)
+    table, h = target.req_to_token_pool, cfg["hidden_size"]
+    rows = table.alloc(3)
+    for i, row in enumerate(rows):
+        table.write(row, 0, torch.arange(1 + 40 * i, 1 + 40 * i + 30))
+    vocab = cfg["vocab_size"]
+    ids = torch.randint(0, vocab, (60,), generator=g).tolist()
+    feats = torch.randn(60, h, generator=g)
+    outs = {}
+    for name, runner in (("eager", eager), ("graphed", graphed)):
+        locs = torch.cat([table.read(r, 0, 20) for r in rows])
+        fb = build_extend_batch(ids, [0] * 3, [20] * 3, rows, locs, "cpu")
+        fb.spec_features = feats
+        runner.forward(fb)
+        got = []
+        for step in range(2):
+            toks = torch.randint(0, vocab, (3,), generator=torch.Generator().manual_seed(step))
+            locs = torch.stack([table.read(r, 20 + step, 21 + step)[0] for r in rows])
+            fb = build_decode_batch(toks, [21 + step] * 3, rows, locs, "cpu")
+            fb.spec_features = torch.randn(3, h, generator=torch.Generator().manual_seed(9 + step))
+            out = runner.forward(fb)
+            got.append((out.next_token_logits.clone(), out.hidden_states.clone()))
+        outs[name] = got
+    for table_row in rows:
+        table.free(table_row)
+    errs = [
+        max(rel(gl, el), rel(gh, eh)) for (el, eh), (gl, gh) in zip(outs["eager"], outs["graphed"])
+    ]
+    report(
+        "EAGLE head graphs (2 decode replays, bs 3 -> 4, new features each) == eager",
+        graphed.graph_runner.num_replays == 2 and max(errs) < 1e-5,
+        f"replays {graphed.graph_runner.num_replays}, max rel {max(errs):.1e}",
+    )
+
+
 def check_fp8_kv(path: str, seed: int) -> None:
     """fp8 pools: power-of-two scales are exact in floating point, so a pool run with k_scale 0.5 /
     v_scale 2 must give the unit-scale run's logits (a missing or doubled scale would not); and the
@@ -295,6 +371,7 @@ def main() -> int:
         "graph": lambda: (
             check_graph_runner(args.model_dir, seed),
             check_graph_hidden_states(args.model_dir, seed),
+            check_eagle_head_graphs(args.model_dir, seed),
         ),
         "fp8": lambda: check_fp8_kv(args.model_dir, seed),
         "fused": lambda: check_fused_bindings(seed),

@@ -222,7 +222,7 @@ def test_eagle_greedy_matches_plain_decoding(tiny_models, plain_outputs, tmp_pat
 def count_head_passes(proposer) -> List[tuple]:
     """Wraps an EagleProposer so that each draft round appends (requests drafted for, most drafts
     of one, head passes it ran) to the returned list."""
-    head, layer, draft = proposer.head, proposer.head._layer, proposer.draft
+    head, layer, draft = proposer.head, proposer.head.layer, proposer.draft
     passes, rounds = [0], []
 
     def counted_layer(*a):
@@ -235,7 +235,7 @@ def count_head_passes(proposer) -> List[tuple]:
         rounds.append((sum(k > 0 for k in num_drafts), max(num_drafts), passes[0] - before))
         return out
 
-    head._layer, proposer.draft = counted_layer, counted_draft
+    head.layer, proposer.draft = counted_layer, counted_draft
     return rounds
 
 
@@ -283,16 +283,21 @@ def test_dummy_load_format_builds_a_random_head_from_its_config(tiny_models, tmp
     assert all(g["verify"] > 0 for g in got)
 
 
-@pytest.mark.parametrize("variant,chunk", [("EAGLE", None), ("EAGLE", 16), ("EAGLE3", 16)])
+@pytest.mark.parametrize(
+    "variant,chunk,eager",
+    [("EAGLE", None, False), ("EAGLE", 16, False), ("EAGLE3", 16, False), ("EAGLE3", 16, True)],
+)
 def test_eagle_head_cache_is_built_from_the_targets_hidden_states(
-    tiny_models, hf_models, plain_outputs, tmp_path, variant, chunk
+    tiny_models, hf_models, plain_outputs, tmp_path, variant, chunk, eager, monkeypatch
 ):
-    """After a run, the head's cached K / V over [0, kv_end) must be what one pass of the head
+    """After a run, the head's K / V in its pool over [0, kv_end) must be what one pass of the head
     over the final sequence gives, with HF transformers' hidden states of the target as features
     (EAGLE: the final normed ones; EAGLE-3: layer 0's output, three times): the features that the
     prefill chunks and verify passes stored, with the drafts' KV dropped after each verify,
     assembled exactly the target's. The EAGLE-3 head's draft vocabulary is one token, the one the
-    plain run repeats most, so some drafts are accepted and verify rows past the first are kept."""
+    plain run repeats most, so some drafts are accepted and verify rows past the first are kept.
+    The head's KV is paged at the target's slots (eagle_paged.py), or with SGLANG_EAGLE_EAGER=1
+    (the proposer TP uses) in per-request caches."""
     import collections
 
     from sglang.srt.speculative.eagle_kv import EagleKV
@@ -302,6 +307,8 @@ def test_eagle_head_cache_is_built_from_the_targets_hidden_states(
     draft_ids = [common] if variant == "EAGLE3" else None
     path = _eagle_head(tiny_models, tmp_path, variant, aux=[0, 0, 0], draft_ids=draft_ids)
     kw = {} if chunk is None else dict(chunked_prefill_size=chunk)
+    if eager:
+        monkeypatch.setenv("SGLANG_EAGLE_EAGER", "1")
     sched = make(
         tiny_models, speculative_algorithm=variant, speculative_draft_model_path=path, **kw
     )
@@ -318,9 +325,10 @@ def test_eagle_head_cache_is_built_from_the_targets_hidden_states(
     if variant == "EAGLE3":
         assert req.spec_accepted > 0
     st = req.spec_state
-    assert st.kv_start == 0 and st.kv_end > len(prompt)
+    assert st.kv_end > len(prompt)
     seq = torch.tensor(req.all_ids()[: st.kv_end + 1])
-    head = sched.spec.proposer.head
+    proposer = sched.spec.proposer
+    head = proposer.head
     with torch.no_grad():
         hs = hf_models(tiny_models["llama"])(seq[None], output_hidden_states=True).hidden_states
         if variant == "EAGLE":
@@ -329,9 +337,18 @@ def test_eagle_head_cache_is_built_from_the_targets_hidden_states(
             feats = head.first_feature(torch.cat([hs[1][0, : st.kv_end]] * 3, -1))
         fresh = EagleKV()
         head.step(seq[1:], feats, torch.arange(st.kv_end), fresh)
-    assert st.kv.k.shape == fresh.k.shape
-    assert torch.allclose(st.kv.k, fresh.k, atol=1e-4, rtol=1e-3)
-    assert torch.allclose(st.kv.v, fresh.v, atol=1e-4, rtol=1e-3)
+    if eager:
+        assert st.kv_start == 0 and not hasattr(proposer, "runner")
+        k, v = st.kv.k, st.kv.v
+    else:
+        # The head's pool at the sequence's slots (the radix cache holds them after the request).
+        slots = sched.pools.tree_cache.match_prefix(seq.tolist()).device_indices[: st.kv_end]
+        assert len(slots) == st.kv_end
+        pool = proposer.runner.token_to_kv_pool
+        k, v = pool.k_buffer[0][slots], pool.v_buffer[0][slots]
+    assert k.shape == fresh.k.shape
+    assert torch.allclose(k, fresh.k, atol=1e-4, rtol=1e-3)
+    assert torch.allclose(v, fresh.v, atol=1e-4, rtol=1e-3)
 
 
 def test_eagle_head_must_match_the_algorithm_and_the_target(tiny_models, tmp_path):

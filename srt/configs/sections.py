@@ -69,6 +69,8 @@ class MemorySection:
     # Speculative decoding's draft model: its weights and a KV pool as large as this one come out
     # of the same memory, so the target's pool shrinks by both.
     draft_model_path: Optional[str] = None
+    # An EAGLE head's folder: its one-layer KV pool (and its small weights) come out of it too.
+    eagle_head_path: Optional[str] = None
     # The draft model's own runner: exactly max_total_tokens slots (the target's slot numbers).
     exact_pool: bool = False
     # Draft trees: request-table rows per running request for the tree nodes' attention views.
@@ -88,6 +90,11 @@ class MemorySection:
             draft_model_path=(
                 sa.speculative_draft_model_path
                 if sa.speculative_algorithm == "STANDALONE"
+                else None
+            ),
+            eagle_head_path=(
+                sa.speculative_draft_model_path
+                if sa.speculative_algorithm in ("EAGLE", "EAGLE3")
                 else None
             ),
             tree_rows_per_request=_tree_rows_per_request(sa),

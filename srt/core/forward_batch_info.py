@@ -90,6 +90,9 @@ class ForwardBatch:
     # Decode: the device block [positions; req_pool_indices; seq_lens; out_cache_loc] ([4, bs] int64)
     # that those four fields are views of, so the graph runner copies it in one go.
     decode_packed: Optional[torch.Tensor] = None
+    # An EAGLE head's passes: each row's input feature [num_tokens, H] (the target's hidden state,
+    # or the head's own output one draft step earlier), read beside input_ids.
+    spec_features: Optional[torch.Tensor] = None
 
 
 def build_extend_batch(

@@ -146,6 +146,14 @@ class CudaGraphRunner:
         self.input_ids = torch.zeros(n, dtype=torch.int64, device=self.device)
         self.packed = torch.zeros((4, n), dtype=torch.int64, device=self.device)
         self.packed[2].fill_(self.fill_seq_len)
+        # A model that reads a feature per row beside its token (an EAGLE head) gets a static
+        # buffer of them; padding rows keep whatever an earlier replay left (their output is dropped).
+        size = getattr(model_runner.model, "feature_size", None)
+        self.features = (
+            None
+            if size is None
+            else torch.zeros((n, size), dtype=model_runner.dtype, device=self.device)
+        )
         # The padding column: position 0, dummy row 0, fill seq_len, dummy slot 0.
         self.pad_col = torch.tensor(
             [0, 0, self.fill_seq_len, 0], dtype=torch.int64, device=self.device
@@ -189,6 +197,7 @@ class CudaGraphRunner:
             token_to_kv_pool=r.token_to_kv_pool,
             attn_backend=self.backend,
             capture_hidden=self.capture_hidden,
+            spec_features=None if self.features is None else self.features[:bs],
         )
 
     def _forward_static(self, bs: int) -> LogitsProcessorOutput:
@@ -243,6 +252,7 @@ class CudaGraphRunner:
             fb.forward_mode.is_decode()
             and 0 < fb.batch_size <= self.max_bs
             and (fb.capture_hidden is None or fb.capture_hidden == self.capture_hidden)
+            and (self.features is None) == (fb.spec_features is None)
         )
 
     def padded_size(self, raw_bs: int) -> int:
@@ -263,6 +273,8 @@ class CudaGraphRunner:
                 (fb.positions, fb.req_pool_indices, fb.seq_lens, fb.out_cache_loc)
             ):
                 self.packed[i, :raw].copy_(t, non_blocking=True)
+        if self.features is not None:
+            self.features[:raw].copy_(fb.spec_features, non_blocking=True)
         fb.num_padded = bs - raw
         self.backend.init_forward_metadata_replay_cuda_graph(
             bs, self.packed[1, :bs], self.packed[2, :bs]

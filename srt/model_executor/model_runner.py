@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import time
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
@@ -63,10 +65,12 @@ class ModelRunner:
         gpu_id: int = 0,
         show_progress: bool = True,
         req_to_token_pool: Optional[ReqToTokenPool] = None,
+        prebuilt: Optional[torch.nn.Module] = None,
     ):
         """req_to_token_pool: another runner's request table to read and write instead of an own
         one (a draft model keeps its KV at the target's slot numbers); set before the attention
-        backend and the CUDA graphs bind it."""
+        backend and the CUDA graphs bind it. prebuilt: a model already in memory (an EAGLE head
+        over the target's embedding) instead of one loaded from model_config."""
         self.model_config = model_config
         self.model_section = model
         self.memory_section = memory
@@ -84,7 +88,7 @@ class ModelRunner:
         self.quantization = resolve_quantization(
             model.quantization, model_config.quantization_config
         )
-        self.model = load_model(
+        self.model = prebuilt or load_model(
             model_config,
             model.load_format,
             self.dtype,
@@ -248,12 +252,19 @@ class ModelRunner:
         return PoolSizes(tokens, max_running, post_free / GB)
 
     def _draft_reserve(self) -> tuple:
-        """(weight bytes, KV bytes per token) of the speculative draft model, if one is set."""
+        """(weight bytes, KV bytes per token) of the speculative draft model or EAGLE head, if
+        one is set (the head's pool is one layer at this pool's slot count)."""
+        elem = torch.empty(0, dtype=self.dtype).element_size()
+        head = self.memory_section.eagle_head_path
+        if head:
+            _, kv_heads, head_dim, weights = eagle_head_shape(head)
+            return weights * elem, MHATokenToKVPool.bytes_per_token(
+                kv_heads, head_dim, 1, self.kv_dtype
+            )
         path = self.memory_section.draft_model_path
         if not path:
             return 0, 0
         cfg = ModelConfig.from_path(path)
-        elem = torch.empty(0, dtype=self.dtype).element_size()
         cell = MHATokenToKVPool.bytes_per_token(
             cfg.kv_heads_per_rank(self.tp_size), cfg.head_dim, cfg.num_hidden_layers, self.kv_dtype
         )
@@ -350,6 +361,19 @@ class ModelRunner:
         top_logprobs_nums: Optional[list] = None,
     ) -> SampleOutput:
         return sample(logits_output.next_token_logits, info, return_logprob, top_logprobs_nums)
+
+
+def eagle_head_shape(path: str) -> Tuple[int, int, int, int]:
+    """(hidden, KV heads, head dim, parameter count) of an EAGLE head from its config.json; the
+    count is EAGLE-3's layout (fc over three features, a 2H-wide attention input, an own LM head
+    over its draft vocabulary), the larger of the two."""
+    with open(os.path.join(path, "config.json")) as f:
+        d = json.load(f)
+    h, heads = d["hidden_size"], d["num_attention_heads"]
+    kv, hd = d.get("num_key_value_heads", heads), d.get("head_dim") or h // heads
+    attn = 2 * h * (heads + 2 * kv) * hd + heads * hd * h
+    vocab = d.get("draft_vocab_size") or d["vocab_size"]
+    return h, kv, hd, 3 * h * h + attn + 3 * h * d["intermediate_size"] + vocab * h
 
 
 def default_mem_fraction(total_bytes: int, mem: MemorySection, model: ModelSection) -> float:

@@ -15,7 +15,8 @@ A draft head is one decoder layer that reads the target's hidden states as well 
 The embedding (and EAGLE-1's LM head) are the target's unless the checkpoint has its own. `step`
 runs one request over its contiguous draft-layer KV (the reference); `step_rows` runs a whole batch
 of requests over a draft round's padded cache (eagle_kv.py), which eagle_proposer.py drives from
-the verify loop. A paged, graph-captured version for the GPU is still to be built.
+the verify loop. eagle_model.py runs the same layer over a paged KV pool at the target's slot
+numbers, as a one-layer model whose decode passes replay CUDA graphs.
 """
 
 from __future__ import annotations
@@ -240,7 +241,8 @@ class EagleHead(nn.Module):
         tree_mask [T, M] (M >= T): which of the cache's last M entries (these T included) each
         new position sees, for tree nodes; the entries before them are seen by all (default:
         causal over the new positions)."""
-        return self._layer(tokens, feature, lambda x: self._attention(x, positions, kv, tree_mask))
+        h = self.layer(tokens, feature, lambda x: self._attention(x, positions, kv, tree_mask))
+        return h, self.logits(h)
 
     def step_rows(
         self,
@@ -260,9 +262,10 @@ class EagleHead(nn.Module):
             out = self.step_rows(tokens, feature, positions, lens, cache, tree_masks)
             cache.commit(kvs, lens)
             return out
-        return self._layer(
+        h = self.layer(
             tokens, feature, lambda x: self._attention_round(x, positions, lens, cache, tree_masks)
         )
+        return h, self.logits(h)
 
     def new_round(self, kvs: List[EagleKV], room: int) -> RoundKV:
         """The requests' caches padded for a draft round of up to `room` more entries each."""
@@ -270,7 +273,9 @@ class EagleHead(nn.Module):
         like = self.fc_w.new_empty((0, c.kv_heads, c.head_dim))
         return RoundKV.of(kvs, room, like)
 
-    def _layer(self, tokens: torch.Tensor, feature: torch.Tensor, attention):
+    def layer(self, tokens: torch.Tensor, feature: torch.Tensor, attention) -> torch.Tensor:
+        """The head's output feature [T, H] for tokens [T] and input features [T, H]; attention
+        maps the attention input [T, H or 2H] to the o_proj output [T, H] (the caller's cache)."""
         c, w = self.c, self.w
         emb = F.embedding(tokens, self.embed)
         if c.variant == EAGLE:
@@ -286,10 +291,10 @@ class EagleHead(nn.Module):
                 dim=-1,
             )
         h = residual + attention(attn_in)
-        h = h + self._mlp(_rms(h, w["post_attention_layernorm.weight"], c.eps))
-        return h, self._logits(h)
+        return h + self._mlp(_rms(h, w["post_attention_layernorm.weight"], c.eps))
 
-    def _qkv(self, x: torch.Tensor, positions: torch.Tensor):
+    def qkv(self, x: torch.Tensor, positions: torch.Tensor):
+        """q [T, heads, d], k and v [T, kv_heads, d] of the attention input, rotary applied."""
         c, w = self.c, self.w
         t = x.shape[0]
         q = F.linear(x, w["self_attn.q_proj.weight"])
@@ -318,7 +323,7 @@ class EagleHead(nn.Module):
         kv: EagleKV,
         tree_mask: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
-        q, k, v = self._qkv(x, positions)
+        q, k, v = self.qkv(x, positions)
         keys, vals = kv.append(k, v)
         return self._attend_one(q, keys, vals, tree_mask)
 
@@ -330,7 +335,7 @@ class EagleHead(nn.Module):
         if tree_mask is not None:
             mask[:, n - tree_mask.shape[1] :] = tree_mask.to(q.device)
         out = self._sdpa(q.transpose(0, 1), keys.transpose(0, 1), vals.transpose(0, 1), mask)
-        return F.linear(out.transpose(0, 1).reshape(t, -1), self.w["self_attn.o_proj.weight"])
+        return self.out_proj(out.transpose(0, 1).reshape(t, -1))
 
     def _attention_round(
         self,
@@ -344,7 +349,7 @@ class EagleHead(nn.Module):
         tree's entries; padding rows see entry 0 only (their output is dropped) so no softmax row
         is empty."""
         dev, b = x.device, len(lens)
-        q, k, v = self._qkv(x, positions)
+        q, k, v = self.qkv(x, positions)
         if cache.own is not None:  # one request: its own contiguous buffer, no padding
             keys, vals = cache.append_own(k, v)
             return self._attend_one(q, keys, vals, tree_masks[0] if tree_masks else None)
@@ -365,7 +370,7 @@ class EagleHead(nn.Module):
             qp.transpose(1, 2), cache.k.transpose(1, 2), cache.v.transpose(1, 2), mask[:, None]
         )
         out = out.transpose(1, 2)[at[0], at[2]]
-        return F.linear(out.reshape(x.shape[0], -1), self.w["self_attn.o_proj.weight"])
+        return self.out_proj(out.reshape(x.shape[0], -1))
 
     @staticmethod
     def _with_trees(mask, tree_masks, lens, widths, ends, width) -> torch.Tensor:
@@ -389,7 +394,11 @@ class EagleHead(nn.Module):
         g, u = F.linear(x, w["mlp.gate_proj.weight"]), F.linear(x, w["mlp.up_proj.weight"])
         return F.linear(F.silu(g) * u, w["mlp.down_proj.weight"])
 
-    def _logits(self, h: torch.Tensor) -> torch.Tensor:
+    def out_proj(self, o: torch.Tensor) -> torch.Tensor:
+        return F.linear(o, self.w["self_attn.o_proj.weight"])
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """Float logits over the target vocabulary [T, vocab] (-inf outside a draft vocabulary)."""
         if self.norm is None:
             return F.linear(h, self.lm_head).float()
         draft = F.linear(_rms(h, self.norm, self.c.eps), self.lm_head).float()

@@ -69,6 +69,18 @@ class EagleState:
         self.kv_end = min(self.kv_end, end)
 
 
+def keep_features(
+    out_feat: List[dict], searches: List[TreeSearch], live: List[int], h: torch.Tensor
+) -> None:
+    """Each live search's frontier node's output feature (rows of h in frontier order): the
+    input feature of its children."""
+    at = 0
+    for b in live:
+        for n in searches[b].frontier:
+            out_feat[b][n] = h[at]
+            at += 1
+
+
 class EagleProposer:
     def __init__(self, spec: SpecSection, head: EagleHead, vocab: int, device: str):
         self.spec = spec
@@ -139,6 +151,16 @@ class EagleProposer:
         sub = [reqs[i] for i in active]
         cur = [prefix_lens[i] for i in active]
         ks = [num_drafts[i] for i in active]
+        logits, advance = self._chain_drafter(sub, cur, ks)
+        base = draft_info(sub, self.vocab, self.device)
+        chains, chain_qs = draft_chains(base, logits, ks, advance)
+        for i, d, q in zip(active, chains, chain_qs):
+            drafts[i], qs[i] = d, q
+        return drafts, qs
+
+    def _chain_drafter(self, sub: List[Req], cur: List[int], ks: List[int]):
+        """The head's logits at each request's pending token (its new target features absorbed)
+        and draft_chains' advance over the round's cache."""
         feat, logits, cache = self._absorb_rows(sub, cur, room=max(ks) - 1)
         # Step s feeds each live row its s-th draft, at position cur + s - 1.
         pos = torch.tensor([c - 1 for c in cur], device=self.device)
@@ -153,11 +175,7 @@ class EagleProposer:
             feat, out = self.head.step_rows(toks, feat, pos + step, lens, cache)
             return out
 
-        base = draft_info(sub, self.vocab, self.device)
-        chains, chain_qs = draft_chains(base, logits, ks, advance)
-        for i, d, q in zip(active, chains, chain_qs):
-            drafts[i], qs[i] = d, q
-        return drafts, qs
+        return logits, advance
 
     def _ready(self, r: Req, cur: int) -> bool:
         """Whether the head has target features up to the pending token and something to absorb."""
@@ -215,6 +233,15 @@ class EagleProposer:
             return []
         searches = [TreeSearch(tree_topk(self.spec, r), k) for r, k in zip(reqs, ks)]
         lasts = [min(self.spec.num_steps, k) for k in ks]
+        logprobs, expand = self._tree_expander(reqs, searches, lasts, cur)
+        grow_trees(searches, lasts, logprobs, min(self.spec.topk, self.vocab), expand)
+        return searches
+
+    def _tree_expander(
+        self, reqs: List[Req], searches: List[TreeSearch], lasts: List[int], cur: List[int]
+    ):
+        """The head's log-probabilities at each request's pending token (its new target features
+        absorbed) and grow_trees' expand over the round's cache."""
         room = self.spec.topk * (max(lasts) - 1)  # frontier nodes drafted below the top
         hidden, logits, cache = self._absorb_rows(reqs, cur, room)
         out_feat = [{ROOT: hidden[b]} for b in range(len(reqs))]  # a node's children's feature
@@ -243,16 +270,10 @@ class EagleProposer:
                 cache,
                 tree_masks=masks,
             )
-            at = 0
-            for b in live:
-                for n in searches[b].frontier:
-                    out_feat[b][n] = h[at]
-                    at += 1
+            keep_features(out_feat, searches, live, h)
             return torch.log_softmax(lg.float(), dim=-1)
 
-        logprobs = torch.log_softmax(logits.float(), dim=-1)
-        grow_trees(searches, lasts, logprobs, min(self.spec.topk, self.vocab), expand)
-        return searches
+        return torch.log_softmax(logits.float(), dim=-1), expand
 
     def on_verified(
         self,

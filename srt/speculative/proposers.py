@@ -10,6 +10,7 @@ draft, so stale or missing draft KV costs speed, never correctness.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, List, Optional, Union
 
 import torch
@@ -17,7 +18,7 @@ import torch
 from sglang.srt.configs.sections import SpecSection
 from sglang.srt.core.forward_batch_info import build_decode_batch, build_extend_batch
 from sglang.srt.core.req import Req
-from sglang.srt.distributed.parallel_state import tp_all_gather
+from sglang.srt.distributed.parallel_state import get_tp_size, tp_all_gather
 from sglang.srt.speculative.draft_sampling import (
     chain_verify_inputs,
     draft_chains,
@@ -25,6 +26,7 @@ from sglang.srt.speculative.draft_sampling import (
 )
 from sglang.srt.speculative.draft_tree import DraftTree
 from sglang.srt.speculative.ngram_proposer import NgramIndex
+from sglang.srt.speculative.scratch_grid import ScratchGrid
 from sglang.srt.speculative.tree_search import (
     TreeSearch,
     grow_trees,
@@ -33,7 +35,6 @@ from sglang.srt.speculative.tree_search import (
     tree_budgets,
     tree_topk,
 )
-from sglang.srt.utils.device_copy import to_device
 
 if TYPE_CHECKING:
     from sglang.srt.model_executor.model_runner import ModelRunner
@@ -193,7 +194,7 @@ class DraftModelProposer:
         searches = [TreeSearch(tree_topk(self.spec, reqs[i]), num_drafts[i]) for i in active]
         if active:
             sub = [reqs[i] for i in active]
-            grid = _ScratchGrid(
+            grid = ScratchGrid(
                 self.pool, self.spec, self.scratch_base, sub, [prefix_lens[i] for i in active]
             )
             logprobs = torch.log_softmax(grid.catch_up_logits(self._catch_up), dim=-1)
@@ -270,60 +271,6 @@ class DraftModelProposer:
         return self.runner.forward(fb).next_token_logits
 
 
-class _ScratchGrid:
-    """Where one batch's tree searches run: request b's frontier node j reads the request table
-    through scratch row (pool.scratch_base + b * topk + j), and a node run at depth d keeps its
-    draft KV in slot slot_base + (b * (steps - 1) + d - 1) * topk + j until the search ends."""
-
-    def __init__(self, pool, spec: SpecSection, slot_base: int, reqs: List[Req], cur: List[int]):
-        self.pool, self.topk, self.steps = pool, spec.topk, spec.num_steps
-        self.slot_base, self.reqs, self.cur = slot_base, reqs, cur
-        self.node_slot: dict = {}  # (b, search node) -> its scratch slot
-        assert len(reqs) * self.topk <= pool.num_scratch, "tree search rows exceed the scratch rows"
-
-    def catch_up_logits(self, catch_up) -> torch.Tensor:
-        """The draft's logits at each pending token; then every scratch row gets the prefix."""
-        logits = catch_up(self.reqs, self.cur).float()
-        dst = [self._row(b, j) for b in range(len(self.reqs)) for j in range(self.topk)]
-        src = [r.req_pool_idx for r in self.reqs for _ in range(self.topk)]
-        dev = self.pool.req_to_token.device
-        idx = to_device(torch.tensor([dst, src], dtype=torch.int64), dev)
-        self.pool.copy_prefixes(idx[0], idx[1], max(self.cur) + 1)
-        return logits
-
-    def _row(self, b: int, j: int) -> int:
-        return self.pool.scratch_base + b * self.topk + j
-
-    def frontier_batch(self, live: List[int], searches: List[TreeSearch], depth: int, device):
-        """A decode batch of the frontier nodes (all at `depth`) of the live requests."""
-        ids, seq_lens, rows, locs = [], [], [], []
-        w_rows, w_pos, w_slots = [], [], []
-        for b, search in zip(live, searches):
-            c = self.cur[b]
-            for j, node in enumerate(search.frontier):
-                slot = self.slot_base + (b * (self.steps - 1) + depth - 1) * self.topk + j
-                self.node_slot[(b, node)] = slot
-                row = self._row(b, j)
-                for d, a in enumerate(search.path(node), start=1):
-                    w_rows.append(row)
-                    w_pos.append(c + d)
-                    w_slots.append(self.node_slot[(b, a)])
-                ids.append(search.tokens[node])
-                seq_lens.append(c + depth + 1)
-                rows.append(row)
-                locs.append(slot)
-        dev = self.pool.req_to_token.device
-        w = to_device(torch.tensor([w_rows, w_pos, w_slots], dtype=torch.int64), dev)
-        self.pool.write_device(w[0], w[1], w[2])
-        return build_decode_batch(
-            torch.tensor(ids, dtype=torch.int64),
-            seq_lens,
-            rows,
-            torch.tensor(locs, dtype=torch.int64),
-            device,
-        )
-
-
 def catch_up_rows(spec: SpecSection) -> int:
     """Decode rows per request the draft's graphs hold: a tree frontier's topk, and the catch-up
     after a verify (the pending token plus the accepted drafts the draft has no KV for: one for a
@@ -337,7 +284,7 @@ def make_proposer(spec: SpecSection, target_runner: "ModelRunner", server_args, 
     if spec.algorithm == "NGRAM":
         return NgramProposer(spec)
     if spec.algorithm in ("EAGLE", "EAGLE3"):
-        return _eagle_proposer(spec, target_runner, dummy=server_args.load_format == "dummy")
+        return _eagle_proposer(spec, target_runner, server_args, chunk)
     import dataclasses
 
     from sglang.srt.configs.model_config import ModelConfig
@@ -378,7 +325,7 @@ def make_proposer(spec: SpecSection, target_runner: "ModelRunner", server_args, 
     return DraftModelProposer(spec, draft, target_runner, chunk)
 
 
-def _eagle_proposer(spec: SpecSection, target_runner: "ModelRunner", dummy: bool = False):
+def _eagle_proposer(spec: SpecSection, target_runner: "ModelRunner", server_args, chunk):
     from sglang.srt.speculative.eagle_head import load_eagle_head
     from sglang.srt.speculative.eagle_proposer import EagleProposer
 
@@ -396,7 +343,7 @@ def _eagle_proposer(spec: SpecSection, target_runner: "ModelRunner", dummy: bool
         embed,
         lm_head,
         dtype=embed.dtype,
-        dummy_variant=spec.algorithm if dummy else None,
+        dummy_variant=spec.algorithm if server_args.load_format == "dummy" else None,
     )
     if head.c.variant != spec.algorithm:
         raise ValueError(
@@ -409,4 +356,49 @@ def _eagle_proposer(spec: SpecSection, target_runner: "ModelRunner", dummy: bool
             f"target ({target_runner.vocab_size} tokens, hidden {model.config.hidden_size})"
         )
     head.to_device(target_runner.device)
-    return EagleProposer(spec, head, target_runner.vocab_size, target_runner.device)
+    if get_tp_size() > 1 or os.environ.get("SGLANG_EAGLE_EAGER") == "1":
+        # Under TP the head is replicated whole, while a pool of its own would hold this rank's
+        # KV heads only: it keeps per-request caches (also the A/B baseline, SGLANG_EAGLE_EAGER=1).
+        return EagleProposer(spec, head, target_runner.vocab_size, target_runner.device)
+    return _paged_eagle(spec, head, target_runner, server_args, chunk)
+
+
+def _paged_eagle(spec: SpecSection, head, target_runner: "ModelRunner", server_args, chunk):
+    """The head as a one-layer model of its own runner: a KV pool at the target's slot numbers
+    (exactly its slot count, plus tree search's scratch slots) over the target's request table;
+    its decode passes replay CUDA graphs."""
+    import dataclasses
+
+    from sglang.srt.configs.sections import MemorySection, ModelSection
+    from sglang.srt.model_executor.model_runner import ModelRunner
+    from sglang.srt.speculative.eagle_model import EagleDraftModel, head_model_config
+    from sglang.srt.speculative.eagle_paged import PagedEagleProposer, eagle_decode_rows
+
+    sa = dataclasses.replace(
+        server_args,
+        quantization=None,
+        max_total_tokens=target_runner.max_total_num_tokens,
+        max_running_requests=target_runner.max_running_requests,
+        speculative_algorithm=None,
+        speculative_draft_model_path=None,
+        dtype=str(target_runner.dtype).replace("torch.", ""),
+    )
+    memory = dataclasses.replace(
+        MemorySection.of(sa),
+        exact_pool=True,
+        tree_rows_per_request=0,
+        scratch_slots=scratch_slots_for(spec, target_runner.max_running_requests),
+    )
+    model = dataclasses.replace(
+        ModelSection.of(sa), decode_rows_per_request=eagle_decode_rows(spec)
+    )
+    runner = ModelRunner(
+        head_model_config(head, target_runner.model_config),
+        model,
+        memory,
+        target_runner.device,
+        target_runner.gpu_id,
+        req_to_token_pool=target_runner.req_to_token_pool,
+        prebuilt=EagleDraftModel(head),
+    )
+    return PagedEagleProposer(spec, runner, target_runner, chunk)

@@ -71,10 +71,11 @@ def test_greedy_tokens_identical_on_cuda(tiny_ckpts, algo):
 
 
 @pytest.mark.parametrize("variant", ["EAGLE", "EAGLE3"])
-def test_eagle_greedy_tokens_identical_on_cuda(tiny_ckpts, tmp_path, variant):
-    """A random EAGLE / EAGLE-3 head on the device (its step in torch; the target's verify
-    passes replay decode graphs that also return the hidden states the head reads): the same
-    tokens as plain decoding."""
+def test_eagle_greedy_tokens_identical_on_cuda(tiny_ckpts, tmp_path, variant, monkeypatch):
+    """A random EAGLE / EAGLE-3 head on the device (its KV paged at the target's slot numbers, its
+    chain steps and short absorbs replaying its own decode graphs; the target's verify passes
+    replay graphs that also return the hidden states the head reads): the same tokens as plain
+    decoding, with the head's per-request-cache twin (SGLANG_EAGLE_EAGER=1) too."""
     import json
 
     from model_fixtures import write_eagle_head
@@ -98,6 +99,16 @@ def test_eagle_greedy_tokens_identical_on_cuda(tiny_ckpts, tmp_path, variant):
     assert spec == plain
     assert sched.model_runner.graph_runner.capture_hidden == sched.spec.proposer.capture
     assert sched.model_runner.graph_runner.num_replays > 0
+    assert sched.spec.proposer.runner.graph_runner.num_replays > 0
+    monkeypatch.setenv("SGLANG_EAGLE_EAGER", "1")
+    eager, _, sched = _run(
+        path,
+        prompts,
+        speculative_algorithm=variant,
+        speculative_draft_model_path=head,
+        dtype="float32",
+    )
+    assert eager == plain and not hasattr(sched.spec.proposer, "runner")
 
 
 def test_draft_trees_on_cuda(tiny_ckpts):
@@ -162,5 +173,5 @@ def test_draft_model_trees_on_cuda(tiny_ckpts, tmp_path, algo):
     )
     assert spec == plain
     assert sched.spec.num_tree_passes > 0
-    if algo == "STANDALONE":  # frontier batches (up to topk rows a request) replay draft graphs
-        assert sched.spec.proposer.runner.graph_runner.num_replays > 0
+    # Frontier batches (up to topk rows a request) replay the draft's (or head's) graphs.
+    assert sched.spec.proposer.runner.graph_runner.num_replays > 0
