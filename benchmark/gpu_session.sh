@@ -9,7 +9,7 @@ OUT=${OUT:-benchmark/out}
 mkdir -p "$OUT"
 source "$(dirname "$0")/gpu_env.sh"
 # Stages can be picked: STAGES="tests one_batch one_batch_fp8 offline kernels attn_sweep attn_splits gemv small_m
-# variants variants_m host_ab long_ctx fp8 fp8_tests fp8_gemv fp8_halves fp8_one fp8_mm fp8_tri fp8_prof fp8_budget recipes hicache_tests hicache spec spec_tests spec_tree spec_draft ngram_text" (default: the first five).
+# variants variants_m host_ab long_ctx fp8 fp8_tests fp8_gemv fp8_halves fp8_one fp8_mm fp8_tri fp8_prof fp8_budget recipes hicache_tests hicache spec spec_tests spec_tree spec_draft ngram_text det eagle_paged eagle_tree" (default: the first five).
 STAGES=${STAGES:-"tests one_batch one_batch_fp8 offline kernels"}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 # At most 8 files come back from $OUT: stages append to a few logs.
@@ -286,6 +286,33 @@ if has spec; then
   [[ ${SMOKE:-0} == 1 ]] && SPEC=(--model-config tiny-llama --batch-size 1 4 --accept 0 1.0 --input-len 32
         --output-len 16 --max-total-tokens 4096)
   stage spec 300 python3 benchmark/bench_speculative.py "${SPEC[@]}" --result-file "$OUT/spec.jsonl"
+fi
+if has det; then
+  # Deterministic inference (seeds step 15): the GPU tests with the default matmul config, then
+  # with the large-tile config for more than 256 rows (its prefills must give the small config's
+  # bits, or the batch-invariance tests fail), then the config sweep with its same-bits column.
+  stage det_tests 200 python3 -m pytest test/gpu/test_deterministic_gpu.py -q -p no:cacheprovider -rfE
+  stage det_tests 200 env SGLANG_INVARIANT_MM_LARGE=${DET_LARGE:-128,128,64,8,8,3} \
+    python3 -m pytest test/gpu/test_deterministic_gpu.py -q -p no:cacheprovider -rfE
+  stage det_mm 150 python3 benchmark/kernels/bench_invariant_matmul.py --m 1 64 300 4096
+fi
+if has eagle_paged || has eagle_tree; then
+  # EAGLE-3 drafting paged with graphs (the default) against per-request caches (--draft-eager),
+  # a random head of the target's shape, oracle verdicts at a set keep rate (issue 26).
+  EP=(--model-config llama3-8b --eagle EAGLE3 --batch-size 1 8 32 64 --accept 0.8)
+  [[ ${SMOKE:-0} == 1 ]] && EP=(--model-config tiny-llama --eagle EAGLE3 --batch-size 1 4 --accept 1.0
+        --input-len 32 --output-len 16 --max-total-tokens 4096)
+  SHAPES=()
+  has eagle_paged && SHAPES+=("--num-draft-tokens 4")
+  has eagle_tree && SHAPES+=("--num-draft-tokens 7 --topk 3 --num-steps 3")
+  for shape in "${SHAPES[@]}"; do
+    for e in ${EP_EAGER:-0 1}; do
+      eager=""; [[ $e == 1 ]] && eager=--draft-eager
+      # shellcheck disable=SC2086
+      stage eagle_paged ${EP_LIMIT:-200} python3 benchmark/bench_speculative.py "${EP[@]}" $shape \
+        $eager --result-file "$OUT/eagle_paged.jsonl"
+    done
+  done
 fi
 if has recipes; then
   # Serving recipes through real servers (benchmark/gpu_recipes.sh; carry .tok too). Servers in
