@@ -9,7 +9,7 @@ OUT=${OUT:-benchmark/out}
 mkdir -p "$OUT"
 source "$(dirname "$0")/gpu_env.sh"
 # Stages can be picked: STAGES="tests one_batch one_batch_fp8 offline kernels attn_sweep attn_splits gemv small_m
-# variants variants_m host_ab long_ctx fp8 fp8_tests fp8_gemv fp8_halves fp8_one fp8_mm fp8_tri fp8_prof fp8_budget recipes hicache_tests hicache spec spec_tests spec_tree spec_draft ngram_text det eagle_paged eagle_tree" (default: the first five).
+# variants variants_m host_ab long_ctx fp8 fp8_tests fp8_gemv fp8_halves fp8_one fp8_mm fp8_tri fp8_prof fp8_budget recipes hicache_tests hicache spec spec_tests spec_tree spec_draft ngram_text det det_bench eagle_paged eagle_tree" (default: the first five).
 STAGES=${STAGES:-"tests one_batch one_batch_fp8 offline kernels"}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 # At most 8 files come back from $OUT: stages append to a few logs.
@@ -288,13 +288,24 @@ if has spec; then
   stage spec 300 python3 benchmark/bench_speculative.py "${SPEC[@]}" --result-file "$OUT/spec.jsonl"
 fi
 if has det; then
-  # Deterministic inference (seeds step 15): the GPU tests with the default matmul config, then
-  # with the large-tile config for more than 256 rows (its prefills must give the small config's
-  # bits, or the batch-invariance tests fail), then the config sweep with its same-bits column.
+  # Deterministic inference (seeds step 15): the GPU tests with the large-tile matmul config for
+  # more than 256 rows (the sm_90 default: its prefills must give the small config's bits, or the
+  # batch-invariance tests fail) and with one config (off), then the config sweep (same-bits column).
   stage det_tests 200 python3 -m pytest test/gpu/test_deterministic_gpu.py -q -p no:cacheprovider -rfE
-  stage det_tests 200 env SGLANG_INVARIANT_MM_LARGE=${DET_LARGE:-128,128,64,8,8,3} \
+  stage det_tests 200 env SGLANG_INVARIANT_MM_LARGE=off \
     python3 -m pytest test/gpu/test_deterministic_gpu.py -q -p no:cacheprovider -rfE
   stage det_mm 150 python3 benchmark/kernels/bench_invariant_matmul.py --m 1 64 300 4096
+fi
+if has det_bench; then
+  # The flag's cost: plain, deterministic, and deterministic with one matmul config, same call.
+  DB=(--model-config llama3-8b --batch-size 1 8 64 --input-len 512 --output-len 32)
+  [[ ${SMOKE:-0} == 1 ]] && DB=(--model-config tiny-llama --batch-size 1 8 --input-len 32 --output-len 4
+        --max-total-tokens 8192)
+  stage det_bench 150 python3 benchmark/bench_one_batch.py "${DB[@]}" --result-file "$OUT/det.jsonl"
+  stage det_bench 150 python3 benchmark/bench_one_batch.py "${DB[@]}" \
+    --enable-deterministic-inference --result-file "$OUT/det.jsonl"
+  stage det_bench 150 env SGLANG_INVARIANT_MM_LARGE=off python3 benchmark/bench_one_batch.py \
+    "${DB[@]}" --enable-deterministic-inference --result-file "$OUT/det.jsonl"
 fi
 if has eagle_paged || has eagle_tree; then
   # EAGLE-3 drafting paged with graphs (the default) against per-request caches (--draft-eager),

@@ -552,10 +552,13 @@ def main(argv: Optional[list] = None) -> int:
         cfg["num_stages"],
         EXT_FLOATS,
     )
-    for dt in ("bf16", "fp16"):
-        cfg = invariant_matmul._CONFIG_CUDA
+    for dt, cfg in (
+        ("bf16", invariant_matmul._CONFIG_CUDA),
+        ("fp16", invariant_matmul._CONFIG_CUDA),
+        ("bf16", invariant_matmul._CONFIG_CUDA_LARGE),
+    ):
         ok &= compile_kernel(
-            f"invariant matmul {dt}",
+            f"invariant matmul {dt} {cfg['BLOCK_M']}x{cfg['BLOCK_N']}x{cfg['BLOCK_K']}",
             invariant_matmul._invariant_mm_kernel,
             {"X": f"*{dt}", "W": f"*{dt}", "Y": f"*{dt}", "Bias": f"*{dt}"},
             dict(

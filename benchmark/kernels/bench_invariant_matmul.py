@@ -19,7 +19,13 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from sglang.srt.layers.triton_ops.invariant_matmul import _CONFIG_CUDA, _KEYS, invariant_matmul
+from sglang.srt.layers.triton_ops.invariant_matmul import (
+    _CONFIG_CUDA,
+    _CONFIG_CUDA_LARGE,
+    _KEYS,
+    LARGE_M,
+    invariant_matmul,
+)
 
 # Llama-3-8B: qkv, o, gate_up, down as (N, K).
 SHAPES = [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)]
@@ -70,7 +76,7 @@ def main() -> None:
     ws = {s: torch.randn(s, device="cuda").to(dt) * 0.02 for s in SHAPES}
     xs = {(m, k): torch.randn(m, k, device="cuda").to(dt) for m in args.m for _, k in SHAPES}
     rows = [("cublas", None)] + [(",".join(map(str, c)), dict(zip(_KEYS, c))) for c in CONFIGS]
-    print(f"default config: {_CONFIG_CUDA}")
+    print(f"default config: {_CONFIG_CUDA}; above {LARGE_M} rows on sm_90: {_CONFIG_CUDA_LARGE}")
     first = dict(zip(_KEYS, CONFIGS[0]))
     print(f"same bits: each config's product against {CONFIGS[0]}'s")
     print(

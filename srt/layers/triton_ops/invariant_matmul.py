@@ -7,8 +7,10 @@ accumulating in fp32, and never splits K. A row's output then depends only on th
 weights: tensor-core products compute each output element from its own row and column, rows past M
 are masked to zeros, and the K order is the same whatever M is. The price is cuBLAS's choice of a
 shape-tuned kernel (decode's narrow products get fewer programs than the device has SMs; prefill's
-wide ones run in small tiles). A second, larger config for big products is wired for A/B runs
-only (SGLANG_INVARIANT_MM_LARGE), off until a GPU run shows it gives the small config's bits.
+wide ones run in small tiles). Products of more than LARGE_M rows take large tiles where that is
+known to give the small tiles' bits, so a row's result still does not depend on M: on sm_90 every
+tile shape accumulates K in the same 16-wide tensor-core steps from 0 into fp32, and the H100 gave
+equal bits for all eight configs swept (bf16) and equal served logprobs with the large config.
 """
 
 from __future__ import annotations
@@ -22,9 +24,13 @@ import triton.language as tl
 
 # One config for every problem, so no row's reduction order depends on M (see the module doc).
 _CONFIG_CUDA = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=3)
-# Products of more than LARGE_M rows may take a second config (SGLANG_INVARIANT_MM_LARGE): valid
-# only if it gives the first config's bits (same wgmma family and K order), which is unmeasured.
+# Products of more than LARGE_M rows (bf16 / fp16 on LARGE_ARCHS) take this config; other
+# architectures and fp32 (FMA, not tensor-core, products) are unmeasured and keep one config.
+_CONFIG_CUDA_LARGE = dict(
+    BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3
+)
 LARGE_M = 256
+LARGE_ARCHS = ((9, 0),)
 _CONFIG_INTERPRET = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=4, num_warps=1, num_stages=1)
 _KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages")
 
@@ -37,13 +43,25 @@ def _parse(raw: str) -> dict:
 _ENV_SMALL = os.environ.get("SGLANG_INVARIANT_MM_CONFIG")
 _ENV_LARGE = os.environ.get("SGLANG_INVARIANT_MM_LARGE")
 _SMALL = _parse(_ENV_SMALL) if _ENV_SMALL else _CONFIG_CUDA
-_LARGE = _parse(_ENV_LARGE) if _ENV_LARGE else None
+_LARGE_FIXED = None if _ENV_LARGE in (None, "", "off") else _parse(_ENV_LARGE)
+_large_by_device: dict = {}
 
 
-def config_for(m: int) -> dict:
-    """The CUDA config of an m-row product: SGLANG_INVARIANT_MM_CONFIG="BM,BN,BK,GM,warps,stages"
-    replaces the default (A/B runs), SGLANG_INVARIANT_MM_LARGE the one for more than LARGE_M rows."""
-    return _LARGE if _LARGE is not None and m > LARGE_M else _SMALL
+def config_for(m: int, x: Optional[torch.Tensor] = None) -> dict:
+    """The CUDA config of an m-row product of x: SGLANG_INVARIANT_MM_CONFIG="BM,BN,BK,GM,warps,
+    stages" replaces the default (A/B runs); SGLANG_INVARIANT_MM_LARGE the one for more than
+    LARGE_M rows ("off": none, one config for every product)."""
+    if m <= LARGE_M:
+        return _SMALL
+    if _LARGE_FIXED is not None or _ENV_LARGE == "off":
+        return _LARGE_FIXED or _SMALL
+    if x is None or x.dtype == torch.float32:
+        return _SMALL
+    index = x.device.index or 0
+    if index not in _large_by_device:
+        arch = torch.cuda.get_device_capability(index)
+        _large_by_device[index] = _CONFIG_CUDA_LARGE if arch in LARGE_ARCHS else _SMALL
+    return _large_by_device[index]
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -114,7 +132,7 @@ def invariant_matmul(
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0:
         return y.reshape(*lead, n)
-    cfg = config or (config_for(m) if x.is_cuda else _CONFIG_INTERPRET)
+    cfg = config or (config_for(m, x) if x.is_cuda else _CONFIG_INTERPRET)
     grid = (triton.cdiv(m, cfg["BLOCK_M"]) * triton.cdiv(n, cfg["BLOCK_N"]),)
     _invariant_mm_kernel[grid](
         x2,
