@@ -92,4 +92,18 @@ for v in "spoff" "spon --speculative-algorithm NGRAM --speculative-num-draft-tok
   fi
   stop_server
 done
+# (g) EAGLE-3 through the server (a random head of the model's shape, paged with graphs), its verify
+# passes told to accept 2 drafts each (SGLANG_SIMULATE_ACC_LEN=3: 3 tokens per step, whatever the
+# random head drafts), against the plain server, at 1, 8 and 32 in flight (SERVERS="gplain geagle").
+SIM=(--dataset-name random --random-input-len 512 --random-output-len "$E_OUT")
+HEAD=$(python3 -c "import sys; sys.path.insert(0, 'benchmark'); from bench_speculative import write_head_config; print(write_head_config('$MODEL_DIR', 'EAGLE3'))")
+for v in "gplain" "geagle --speculative-algorithm EAGLE3 --speculative-draft-model-path $HEAD --speculative-num-draft-tokens 4 --speculative-num-steps 3 --speculative-eagle-topk 1"; do
+  set -- $v
+  tag=$1; shift
+  if want "$tag" && SGLANG_SIMULATE_ACC_LEN=$([[ $tag == geagle ]] && echo 3) start_recipe_server "$tag" "$@"; then
+    for c in 1 8 32; do bench "g-$tag-c$c" "${SIM[@]}" --num-prompts $((c < 4 ? 8 : 2 * c)) --max-concurrency "$c"; done
+    get "$URL/metrics" | grep -E '^sglang:spec_accept_length' | sed "s/^/$tag /" >> "$LOG"
+  fi
+  stop_server
+done
 grep -E "^=== " "$LOG"
