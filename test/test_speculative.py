@@ -351,6 +351,24 @@ def test_eagle_head_cache_is_built_from_the_targets_hidden_states(
     assert torch.allclose(v, fresh.v, atol=1e-4, rtol=1e-3)
 
 
+@pytest.mark.parametrize("variant", ["EAGLE", "EAGLE3"])
+def test_eagle_head_pool_shares_the_targets_slots_and_is_reserved(tiny_models, tmp_path, variant):
+    """The head's runner holds one layer of KV at exactly the target's slot numbers over the
+    target's request table, and the target's pool sizing took that layer's bytes per token (and
+    the head's weights, counted from its config) out of its budget."""
+    path = _eagle_head(tiny_models, tmp_path, variant)
+    sched = make(tiny_models, speculative_algorithm=variant, speculative_draft_model_path=path)
+    target, head = sched.model_runner, sched.spec.proposer.runner
+    assert head.req_to_token_pool is target.req_to_token_pool
+    assert head.max_total_num_tokens == target.max_total_num_tokens
+    assert head.model_config.num_hidden_layers == 1 and len(head.token_to_kv_pool.k_buffer) == 1
+    weights, cell = target._draft_reserve()
+    assert cell == head.cell_size() > 0
+    params = sum(t.numel() for t in sched.spec.proposer.head.w.values())
+    params += sched.spec.proposer.head.fc_w.numel()
+    assert weights >= params * target.dtype.itemsize
+
+
 def test_eagle_head_must_match_the_algorithm_and_the_target(tiny_models, tmp_path):
     path = _eagle_head(tiny_models, tmp_path, "EAGLE")
     with pytest.raises(ValueError, match="is an EAGLE draft head"):

@@ -88,14 +88,18 @@ class ModelRunner:
         self.quantization = resolve_quantization(
             model.quantization, model_config.quantization_config
         )
-        self.model = prebuilt or load_model(
-            model_config,
-            model.load_format,
-            self.dtype,
-            device,
-            seed=model.random_seed,
-            show_progress=show_progress,
-            quantization=self.quantization,
+        self.model = (
+            prebuilt
+            if prebuilt is not None
+            else load_model(
+                model_config,
+                model.load_format,
+                self.dtype,
+                device,
+                seed=model.random_seed,
+                show_progress=show_progress,
+                quantization=self.quantization,
+            )
         )
         self.load_time = time.perf_counter() - t0
         # Where the weights in memory came from (a failed update rolls back to it).
@@ -257,7 +261,7 @@ class ModelRunner:
         elem = torch.empty(0, dtype=self.dtype).element_size()
         head = self.memory_section.eagle_head_path
         if head:
-            _, kv_heads, head_dim, weights = eagle_head_shape(head)
+            kv_heads, head_dim, weights = eagle_head_shape(head)
             return weights * elem, MHATokenToKVPool.bytes_per_token(
                 kv_heads, head_dim, 1, self.kv_dtype
             )
@@ -363,8 +367,8 @@ class ModelRunner:
         return sample(logits_output.next_token_logits, info, return_logprob, top_logprobs_nums)
 
 
-def eagle_head_shape(path: str) -> Tuple[int, int, int, int]:
-    """(hidden, KV heads, head dim, parameter count) of an EAGLE head from its config.json; the
+def eagle_head_shape(path: str) -> Tuple[int, int, int]:
+    """(KV heads, head dim, parameter count) of an EAGLE head from its config.json; the
     count is EAGLE-3's layout (fc over three features, a 2H-wide attention input, an own LM head
     over its draft vocabulary), the larger of the two."""
     with open(os.path.join(path, "config.json")) as f:
@@ -373,7 +377,7 @@ def eagle_head_shape(path: str) -> Tuple[int, int, int, int]:
     kv, hd = d.get("num_key_value_heads", heads), d.get("head_dim") or h // heads
     attn = 2 * h * (heads + 2 * kv) * hd + heads * hd * h
     vocab = d.get("draft_vocab_size") or d["vocab_size"]
-    return h, kv, hd, 3 * h * h + attn + 3 * h * d["intermediate_size"] + vocab * h
+    return kv, hd, 3 * h * h + attn + 3 * h * d["intermediate_size"] + vocab * h
 
 
 def default_mem_fraction(total_bytes: int, mem: MemorySection, model: ModelSection) -> float:
