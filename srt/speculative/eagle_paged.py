@@ -63,13 +63,11 @@ class PagedEagleProposer(EagleProposer):
         no round cache (the pool is the cache)."""
         rows, starts, toks, feats = [], [], [], []
         for r, end in zip(reqs, ends):
-            st = self._state(r)
-            start, f = st.kv_end, torch.cat(st.feats)
-            st.kv_end, st.feats = end, [f[end - start :]]
+            start, f = self._state(r).take(end)
             rows.append(r.req_pool_idx)
             starts.append(start)
             toks.append(r.all_ids()[start + 1 : end + 1])
-            feats.append(f[: end - start])
+            feats.append(f)
         if max(e - s for s, e in zip(starts, ends)) <= self.decode_rows:
             return (*self._absorb_as_decode(rows, starts, ends, toks, feats), None)
         return (*self._absorb_as_extend(rows, starts, ends, toks, feats), None)

@@ -14,7 +14,7 @@ target checks every draft).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import torch
 
@@ -63,6 +63,12 @@ class EagleState:
         if pos != self.kv_end + self.feat_len():
             self.restart_at(pos)
         self.feats.append(rows)
+
+    def take(self, end: int) -> Tuple[int, torch.Tensor]:
+        """The stored features of positions [kv_end, end), now absorbed: (kv_end before, rows)."""
+        start, f = self.kv_end, torch.cat(self.feats)
+        self.kv_end, self.feats = end, [f[end - start :]]
+        return start, f[: end - start]
 
     def truncate_kv(self, end: int) -> None:
         self.kv.truncate(end - self.kv_start)
@@ -191,11 +197,9 @@ class EagleProposer:
         toks, feats, pos, lens, kvs = [], [], [], [], []
         for r, end in zip(reqs, ends):
             st = self._state(r)
-            start = st.kv_end
-            f = torch.cat(st.feats)
-            st.kv_end, st.feats = end, [f[end - start :]]
+            start, rows = st.take(end)
             toks.extend(r.all_ids()[start + 1 : end + 1])
-            feats.append(f[: end - start])
+            feats.append(rows)
             pos.extend(range(start, end))
             lens.append(end - start)
             kvs.append(st.kv)

@@ -88,26 +88,15 @@ def test_eagle_greedy_tokens_identical_on_cuda(tiny_ckpts, tmp_path, variant, mo
     write_eagle_head(head, cfg, variant, g, cfg["vocab_size"] // 2, [0, n // 2, n - 1])
     prompts = [list(range(300, 340)) * 3, [7, 8, 9] * 20]
     # fp32: the head's eager step and the target agree on near-ties only at full precision.
-    spec, accepted, sched = _run(
-        path,
-        prompts,
-        speculative_algorithm=variant,
-        speculative_draft_model_path=head,
-        dtype="float32",
-    )
+    kw = dict(speculative_algorithm=variant, speculative_draft_model_path=head, dtype="float32")
+    spec, accepted, sched = _run(path, prompts, **kw)
     plain, _, _ = _run(path, prompts, dtype="float32")
     assert spec == plain
     assert sched.model_runner.graph_runner.capture_hidden == sched.spec.proposer.capture
     assert sched.model_runner.graph_runner.num_replays > 0
     assert sched.spec.proposer.runner.graph_runner.num_replays > 0
     monkeypatch.setenv("SGLANG_EAGLE_EAGER", "1")
-    eager, _, sched = _run(
-        path,
-        prompts,
-        speculative_algorithm=variant,
-        speculative_draft_model_path=head,
-        dtype="float32",
-    )
+    eager, _, sched = _run(path, prompts, **kw)
     assert eager == plain and not hasattr(sched.spec.proposer, "runner")
 
 
