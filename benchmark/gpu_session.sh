@@ -9,7 +9,7 @@ OUT=${OUT:-benchmark/out}
 mkdir -p "$OUT"
 source "$(dirname "$0")/gpu_env.sh"
 # Stages can be picked: STAGES="tests one_batch one_batch_fp8 offline kernels attn_sweep attn_splits gemv small_m
-# variants variants_m host_ab long_ctx fp8 fp8_tests fp8_gemv fp8_halves fp8_one fp8_mm fp8_tri fp8_prof fp8_budget recipes hicache_tests hicache spec spec_tests spec_tree spec_draft ngram_text det det_bench eagle_paged eagle_tree" (default: the first five).
+# variants variants_m host_ab long_ctx fp8 fp8_tests fp8_gemv fp8_halves fp8_one fp8_mm fp8_tri fp8_prof fp8_budget recipes hicache_tests hicache spec spec_tests spec_tree spec_draft ngram_text det det_bench eagle_paged eagle_tree fp8_mma prof256" (default: the first five).
 STAGES=${STAGES:-"tests one_batch one_batch_fp8 offline kernels"}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 # At most 8 files come back from $OUT: stages append to a few logs.
@@ -168,6 +168,29 @@ if has fp8_one; then
   stage one_batch 120 env SGLANG_FP8_ONE_ROW=words python3 benchmark/bench_one_batch.py "${F1[@]}" \
     --quantization fp8 --result-file "$OUT/one_batch.jsonl" --tag fp8_words
   stage one_batch 120 python3 benchmark/bench_one_batch.py "${F1[@]}" --result-file "$OUT/one_batch.jsonl" --tag bf16
+fi
+if has fp8_mma; then
+  # FP8 products with x quantized inside the tensor-core kernel (no quantization launch): its GPU
+  # tests, the one-row tile sweep against the word GEMV, then decode steps at 1-64 rows with it
+  # (SGLANG_FP8_ONE_ROW=mma SGLANG_FP8_FUSED_QUANT=1) against the default, alternated, and bf16.
+  FG=()
+  [[ ${SMOKE:-0} == 1 ]] && FG=(--shapes o_proj)
+  stage gpu_tests 200 python3 -m pytest test/gpu/test_fp8_gpu.py -q -p no:cacheprovider --timeout=100 -rfE -k fused
+  stage fp8_mma 240 python3 benchmark/kernels/bench_gemv.py --mma --bw "${BW_TBS:-4.2}" "${FG[@]}"
+  FM=(--model-config llama3-8b --batch-size 1 8 64 --input-len 512 --output-len 32 --quantization fp8)
+  [[ ${SMOKE:-0} == 1 ]] && FM=(--model-config tiny-llama --batch-size 1 8 --input-len 32 --output-len 4 --max-total-tokens 8192 --quantization fp8)
+  for round in 1 2; do
+    stage one_batch 120 python3 benchmark/bench_one_batch.py "${FM[@]}" --result-file "$OUT/one_batch.jsonl" --tag fp8_default$round
+    stage one_batch 120 env SGLANG_FP8_ONE_ROW=mma SGLANG_FP8_FUSED_QUANT=1 python3 benchmark/bench_one_batch.py \
+      "${FM[@]}" --result-file "$OUT/one_batch.jsonl" --tag fp8_mma$round
+  done
+fi
+if has prof256; then
+  # Where a bs-256 bf16 decode step goes (issue 23): the kernel table without PDL, so each kernel's
+  # time is its own.
+  P2=(--model-config llama3-8b --batch-size 256 --input-len 512 --output-len 16 --profile-bs 256 --disable-pdl)
+  [[ ${SMOKE:-0} == 1 ]] && P2=(--model-config tiny-llama --batch-size 8 --input-len 32 --output-len 4 --profile-bs 8 --disable-pdl --max-total-tokens 8192)
+  stage one_batch 150 python3 benchmark/bench_one_batch.py "${P2[@]}" --result-file "$OUT/one_batch.jsonl" --tag bf16_prof256
 fi
 if has fp8_mm; then
   # FP8 matmuls alone (issue 24): bf16 cuBLAS, _scaled_mm, the GEMV and the Triton FP8 x FP8 kernel

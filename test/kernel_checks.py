@@ -449,6 +449,42 @@ def check_fp8_matmul(
     return rel_err(y, ref + b if b is not None else ref)
 
 
+def check_fp8_matmul_fused(
+    m: int,
+    n: int,
+    k: int,
+    *,
+    block: Optional[tuple] = None,
+    bias: bool = False,
+    config: Optional[dict] = None,
+    seed: int = 0,
+) -> float:
+    """FP8 matmul that quantizes its activations per (row, K tile) itself vs fp32 torch on the
+    same quantized values: torch quantizes each row's K tiles of the kernel's width with the same
+    rule, so only the summation order may differ. Row 0 carries an outlier (|x| = 900) confined to
+    one tile, which a per-token scale would spread over the row."""
+    from sglang.srt.layers.quantization import fp8_math
+    from sglang.srt.layers.quantization.fp8_gemm import _default_config, fp8_matmul_fused
+
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn((m, k), generator=gen) * 3
+    x[0, k // 3] = 900.0
+    w = torch.randn((n, k), generator=gen)
+    b = torch.randn((n,), generator=gen) if bias else None
+    wq, ws = fp8_math.quantize(w, block)
+    tile = block[1] if block else dict(_default_config(m, n, k, block), **(config or {}))["BLOCK_K"]
+    x_ref = torch.cat(
+        [
+            (lambda q, s: q.float() * s)(*fp8_math.quantize_per_token(x[:, k0 : k0 + tile]))
+            for k0 in range(0, k, tile)
+        ],
+        dim=1,
+    )
+    y = fp8_matmul_fused(x, wq, ws, block=block, bias=b, config=config)
+    ref = x_ref @ fp8_math.dequantize(wq, ws, block, torch.float32).T
+    return rel_err(y, ref + b if b is not None else ref)
+
+
 def check_fp8_word_gemv(
     n: int,
     k: int,
@@ -917,6 +953,41 @@ def fused_cases(full: bool) -> List[tuple]:
                 block=(128, 128),
                 config=dict(BLOCK_N=128, num_warps=1, num_stages=1),
                 seed=s,
+            ),
+        ),
+        (
+            "fp8 fused-quant matmul M1 N70 K300 channel (one row, tails)",
+            lambda s: check_fp8_matmul_fused(
+                1,
+                70,
+                300,
+                config=dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=64, num_warps=1, num_stages=1),
+                seed=s,
+            ),
+        ),
+        (
+            "fp8 fused-quant matmul M5 N40 K200 channel bias",
+            lambda s: check_fp8_matmul_fused(
+                5,
+                40,
+                200,
+                bias=True,
+                config=dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=64, num_warps=1, num_stages=1),
+                seed=s,
+            ),
+        ),
+        (
+            "fp8 fused-quant matmul M1 / M3 N130 K300 block 128 (K tail)",
+            lambda s: max(
+                check_fp8_matmul_fused(
+                    mm,
+                    130,
+                    300,
+                    block=(128, 128),
+                    config=dict(BLOCK_N=64, num_warps=1, num_stages=1),
+                    seed=s,
+                )
+                for mm in (1, 3)
             ),
         ),
         (

@@ -194,3 +194,28 @@ def test_small_m_kernel_with_fp8_weights(m):
     x = torch.randn(m, 4096, device="cuda", generator=g).to(torch.bfloat16)
     ref = x.float() @ dequantize(q, s).t()
     assert _rel(small_m_matmul(x, q, w_scale=s), ref) < 1e-2
+
+
+@pytest.mark.parametrize("m", [1, 8, 64])
+@pytest.mark.parametrize("n,k", [(6144, 4096), (4096, 14336), (1000, 320)])
+@pytest.mark.parametrize("block", [None, (128, 128)])
+def test_fp8_fused_quant_matmul_matches_tile_quantized_reference(m, n, k, block):
+    """The FP8 kernel that quantizes x per (row, K tile) itself: torch quantizes the same tiles by
+    the same rule, so with fp32 in and out only the summation order may differ."""
+    from sglang.srt.layers.quantization.fp8_gemm import _default_config, fp8_matmul_fused
+    from sglang.srt.layers.quantization.fp8_math import dequantize, quantize, quantize_per_token
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    w = torch.randn(n, k, device="cuda", generator=g) * 0.02
+    q, s = quantize(w, block)
+    x = torch.randn(m, k, device="cuda", generator=g)
+    x[0, k // 3] = 900.0
+    bias = torch.randn(n, device="cuda", generator=g)
+    tile = block[1] if block else _default_config(m, n, k)["BLOCK_K"]
+    parts = [quantize_per_token(x[:, k0 : k0 + tile]) for k0 in range(0, k, tile)]
+    xq = torch.cat([p.float() * sc for p, sc in parts], dim=1)
+    ref = xq @ dequantize(q, s, block).t() + bias
+    assert _rel(fp8_matmul_fused(x, q, s.contiguous(), block, bias), ref) < 1e-5
+    xb = x.to(torch.bfloat16)
+    out = fp8_matmul_fused(xb, q, s.contiguous(), block, bias.to(torch.bfloat16))
+    assert out.dtype == torch.bfloat16 and _rel(out, ref) < 2e-2

@@ -16,11 +16,13 @@
 - A device without FP8 tensor cores (before sm_89): the weight is dequantized for the call.
   Correct, not fast; logged once.
 
-A/B switches (read once per process): SGLANG_FP8_ONE_ROW=words|halves|gemv|scaled_mm|triton picks
-the one-row path (halves: the f16x2 GEMV for per-channel weights, the word GEMV for block scales;
-gemv: the conversion-based GEMV of triton_ops/gemv.py); SGLANG_FP8_TRITON_MAX_M=N
-sends every per-channel product of 2..N rows to the Triton kernel (0: none), instead of the
-default rule above.
+A/B switches (read once per process): SGLANG_FP8_ONE_ROW=words|halves|gemv|scaled_mm|triton|mma
+picks the one-row path (halves: the f16x2 GEMV for per-channel weights, the word GEMV for block
+scales; gemv: the conversion-based GEMV of triton_ops/gemv.py; mma: the Triton FP8 kernel with the
+row quantized inside it, fp8_gemm.fp8_matmul_fused); SGLANG_FP8_TRITON_MAX_M=N sends every
+per-channel product of 2..N rows to the Triton kernel (0: none), instead of the default rule
+above; SGLANG_FP8_FUSED_QUANT=1 makes the Triton kernel's 2..64-row products quantize their
+activations inside it instead of in a kernel of their own.
 """
 
 from __future__ import annotations
@@ -34,7 +36,11 @@ import torch
 import torch.nn.functional as F
 
 from sglang.srt.layers.quantization import fp8_gemv
-from sglang.srt.layers.quantization.fp8_gemm import fp8_matmul, has_tuned_config
+from sglang.srt.layers.quantization.fp8_gemm import (
+    fp8_matmul,
+    fp8_matmul_fused,
+    has_tuned_config,
+)
 from sglang.srt.layers.quantization.fp8_kernels import (
     per_token_group_quant_fp8,
     per_token_quant_fp8,
@@ -57,6 +63,7 @@ class Fp8Matmul:
         # SGLANG_FP8_SMALL_M=1: 1-64 rows on the small-M kernel with fp8 weights widened to bf16
         # in registers (no activation quantization), per-channel weights only (A/B runs).
         self.small_m = os.environ.get("SGLANG_FP8_SMALL_M", "0") == "1"
+        self.fused_quant = os.environ.get("SGLANG_FP8_FUSED_QUANT", "0") == "1"
 
     @staticmethod
     @functools.lru_cache(maxsize=8)
@@ -101,6 +108,14 @@ class Fp8Matmul:
             from sglang.srt.layers.triton_ops.gemv import gemv
 
             return gemv(x, w, bias, w_scale=s, scale_block=block)
+        if m == 1 and self.one_row == "mma":
+            return fp8_matmul_fused(x, w, s, block, bias)
+        if (
+            self.fused_quant
+            and 2 <= m <= _TRITON_ROWS
+            and (block is not None or self._triton_rows(m, w))
+        ):
+            return fp8_matmul_fused(x, w, s, block, bias)
         if block is not None:
             return blockwise_matmul(x, w, s, block, bias)
         if self._triton_rows(m, w) or (m == 1 and self.one_row == "triton"):

@@ -12,6 +12,12 @@ Two scale layouts:
 
 Each program owns a BLOCK_M x BLOCK_N tile of y and walks all of K; rows and columns past M / N
 read the last valid one (never stored), so only K needs a mask.
+
+`fp8_matmul_fused` takes the activations in their own precision instead and quantizes each
+(row, K tile) in registers with its own scale, applied to that tile's sums: no quantization
+kernel and no fp8 copy of x. For decode batches that second launch per matmul costs more than the
+tile's extra max / divide, and the per-tile scales are finer than per-token ones. One row (batch-1
+decode) quantizes the row once per tile and broadcasts it to the mma's 16 rows.
 """
 
 from __future__ import annotations
@@ -22,7 +28,23 @@ import torch
 import triton
 import triton.language as tl
 
+from sglang.srt.layers.quantization.fp8_math import FP8_MAX
 from sglang.srt.layers.triton_ops.gemv import load_config_override
+from sglang.srt.layers.triton_ops.pdl import pdl_args, pdl_wait
+
+
+@triton.jit
+def _to_e4m3(v, dtype, GRID_ROUND: tl.constexpr):
+    """v (fp32, |v| <= 448) as e4m3. GRID_ROUND first rounds v to the e4m3 grid in fp32 (nearest,
+    ties to even), so the conversion itself is exact: Triton's interpreter converts values that
+    round up into the next binade to half their value; the GPU's conversion needs no help."""
+    if GRID_ROUND:
+        bits = v.to(tl.int32, bitcast=True)
+        bits = (bits + 0x7FFFF + ((bits >> 20) & 1)) & -0x100000  # keep 3 mantissa bits
+        normal = bits.to(tl.float32, bitcast=True)
+        sub = (v + 24576.0) - 24576.0  # 1.5 * 2^14: fp32 addition rounds to multiples of 2^-9
+        v = tl.where(tl.abs(v) < 0.015625, sub, normal)  # e4m3 subnormals: below 2^-6
+    return v.to(dtype)
 
 
 @triton.jit
@@ -47,6 +69,11 @@ def _fp8_mm_kernel(
     SCALE_BN: tl.constexpr,
     BLOCKWISE: tl.constexpr,
     HAS_BIAS: tl.constexpr,
+    QUANT_A: tl.constexpr,  # a is high precision, quantized per (row, K tile) here
+    ONE_ROW: tl.constexpr,  # with QUANT_A and M == 1: quantize the row once, broadcast to BLOCK_M
+    FP8_MAX_C: tl.constexpr,
+    GRID_ROUND: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -58,19 +85,40 @@ def _fp8_mm_kernel(
     a_tile = a_ptr + rows[:, None] * stride_am + rk[None, :]  # [BLOCK_M, BLOCK_K]
     w_tile = w_ptr + cols[None, :] * stride_wn + rk[:, None]  # W^T tile [BLOCK_K, BLOCK_N]
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    pdl_wait(PDL)  # a is the previous kernel's output
     for k0 in range(0, K, BLOCK_K):
         kmask = (k0 + rk) < K
-        a = tl.load(a_tile + k0, mask=kmask[None, :], other=0.0)
         w = tl.load(w_tile + k0, mask=kmask[:, None], other=0.0)
-        if BLOCKWISE:
+        if QUANT_A:
+            if ONE_ROW:
+                a1 = tl.load(a_ptr + k0 + rk, mask=kmask, other=0.0).to(tl.float32)
+                sa = tl.maximum(tl.max(tl.abs(a1), 0) / FP8_MAX_C, 1e-12)
+                a1 = _to_e4m3(tl.clamp(a1 / sa, -FP8_MAX_C, FP8_MAX_C), w.dtype, GRID_ROUND)
+                a = tl.broadcast_to(a1[None, :], (BLOCK_M, BLOCK_K))
+                part = tl.dot(a, w) * sa
+            else:
+                af = tl.load(a_tile + k0, mask=kmask[None, :], other=0.0).to(tl.float32)
+                sa = tl.maximum(tl.max(tl.abs(af), 1) / FP8_MAX_C, 1e-12)
+                aq = _to_e4m3(
+                    tl.clamp(af / sa[:, None], -FP8_MAX_C, FP8_MAX_C), w.dtype, GRID_ROUND
+                )
+                part = tl.dot(aq, w) * sa[:, None]
+            if BLOCKWISE:
+                part *= tl.load(sw_ptr + (cols // SCALE_BN) * stride_swn + k0 // BLOCK_K)[None, :]
+            acc += part
+        elif BLOCKWISE:
+            a = tl.load(a_tile + k0, mask=kmask[None, :], other=0.0)
             kb = k0 // BLOCK_K
             sa = tl.load(sa_ptr + rows * stride_sam + kb)
             sw = tl.load(sw_ptr + (cols // SCALE_BN) * stride_swn + kb)
             acc += tl.dot(a, w) * sa[:, None] * sw[None, :]
         else:
+            a = tl.load(a_tile + k0, mask=kmask[None, :], other=0.0)
             acc = tl.dot(a, w, acc)
     if not BLOCKWISE:
-        acc *= tl.load(sa_ptr + rows * stride_sam)[:, None] * tl.load(sw_ptr + cols)[None, :]
+        acc *= tl.load(sw_ptr + cols)[None, :]
+        if not QUANT_A:
+            acc *= tl.load(sa_ptr + rows * stride_sam)[:, None]
     if HAS_BIAS:
         acc += tl.load(b_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
     tl.store(
@@ -152,18 +200,32 @@ def fp8_matmul(
 ) -> torch.Tensor:
     """a [M, K] fp8 with sa ([M] or [M, 1] per token; [M, ceil(K/bk)] when block), w [N, K] fp8 with
     sw ([N] per channel; [ceil(N/bn), ceil(K/bk)] for block = (bn, bk)) -> y [M, N] out_dtype."""
+    return _launch(a, sa, w, sw, out_dtype, block, bias, config, quant_a=False)
+
+
+def _launch(
+    a: torch.Tensor,
+    sa: Optional[torch.Tensor],
+    w: torch.Tensor,
+    sw: torch.Tensor,
+    out_dtype: torch.dtype,
+    block: Optional[Tuple[int, int]],
+    bias: Optional[torch.Tensor],
+    config: Optional[dict],
+    quant_a: bool,
+) -> torch.Tensor:
     m, k = a.shape
     n = w.shape[0]
     assert w.shape[1] == k and a.stride(1) == 1 and w.stride(1) == 1
     cfg = dict(_default_config(m, n, k, block), **(config or {}))
     if block is not None:
         scale_bn, block_k = block
-        sa2 = sa.reshape(m, -1)
         sw2 = sw.reshape(-1, triton.cdiv(k, block_k))
     else:
         scale_bn, block_k = 1, cfg["BLOCK_K"]
-        sa2 = sa.reshape(m, 1)
         sw2 = sw.reshape(n, 1)
+    # The fused kernel computes its activation scales; sa2 is then a placeholder it never reads.
+    sa2 = sw2 if sa is None else sa.reshape(m, -1)
     y = torch.empty((m, n), dtype=out_dtype, device=a.device)
     if m == 0:
         return y
@@ -189,7 +251,27 @@ def fp8_matmul(
         SCALE_BN=scale_bn,
         BLOCKWISE=block is not None,
         HAS_BIAS=bias is not None,
+        QUANT_A=quant_a,
+        ONE_ROW=quant_a and m == 1,
+        FP8_MAX_C=FP8_MAX,
+        GRID_ROUND=not a.is_cuda,
         num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"],
+        **pdl_args(a),
     )
     return y
+
+
+def fp8_matmul_fused(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    sw: torch.Tensor,
+    block: Optional[Tuple[int, int]] = None,
+    bias: Optional[torch.Tensor] = None,
+    config: Optional[dict] = None,
+) -> torch.Tensor:
+    """x [M, K] (bf16 / fp16 / fp32) @ (w [N, K] fp8 with sw per channel or per block)^T -> [M, N]
+    in x.dtype, x quantized per (row, K tile) inside the kernel (tiles of the block width when
+    block is given)."""
+    x = x if x.stride(-1) == 1 else x.contiguous()
+    return _launch(x, None, w, sw, x.dtype, block, bias, config, quant_a=True)
