@@ -9,7 +9,7 @@ OUT=${OUT:-benchmark/out}
 mkdir -p "$OUT"
 source "$(dirname "$0")/gpu_env.sh"
 # Stages can be picked: STAGES="tests one_batch one_batch_fp8 offline kernels attn_sweep attn_splits gemv small_m
-# variants variants_m host_ab long_ctx fp8 fp8_tests fp8_gemv fp8_halves fp8_one fp8_mm fp8_tri fp8_prof fp8_budget recipes hicache_tests hicache spec spec_tests spec_tree spec_draft ngram_text det det_bench eagle_paged eagle_tree fp8_mma prof256" (default: the first five).
+# variants variants_m host_ab long_ctx fp8 fp8_tests fp8_gemv fp8_halves fp8_one fp8_mm fp8_tri fp8_prof fp8_budget recipes hicache_tests hicache spec spec_tests spec_tree spec_draft ngram_text det det_bench eagle_paged eagle_tree fp8_mma fp8_mma_wide prof256" (default: the first five).
 STAGES=${STAGES:-"tests one_batch one_batch_fp8 offline kernels"}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 # At most 8 files come back from $OUT: stages append to a few logs.
@@ -183,6 +183,16 @@ if has fp8_mma; then
     stage one_batch 120 python3 benchmark/bench_one_batch.py "${FM[@]}" --result-file "$OUT/one_batch.jsonl" --tag fp8_default$round
     stage one_batch 120 env SGLANG_FP8_ONE_ROW=mma SGLANG_FP8_FUSED_QUANT=1 python3 benchmark/bench_one_batch.py \
       "${FM[@]}" --result-file "$OUT/one_batch.jsonl" --tag fp8_mma$round
+  done
+fi
+if has fp8_mma_wide; then
+  # One row: the fused kernel only for the widest weight (gate_up), the word GEMV elsewhere,
+  # against the default, alternated.
+  FW=(--model-config llama3-8b --batch-size 1 --input-len 512 --output-len 32 --quantization fp8)
+  for round in 1 2; do
+    stage one_batch 100 python3 benchmark/bench_one_batch.py "${FW[@]}" --result-file "$OUT/one_batch.jsonl" --tag fp8_words$round
+    stage one_batch 100 env SGLANG_FP8_ONE_ROW=mma_wide python3 benchmark/bench_one_batch.py "${FW[@]}" \
+      --result-file "$OUT/one_batch.jsonl" --tag fp8_mma_wide$round
   done
 fi
 if has prof256; then

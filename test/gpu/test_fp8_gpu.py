@@ -201,7 +201,8 @@ def test_small_m_kernel_with_fp8_weights(m):
 @pytest.mark.parametrize("block", [None, (128, 128)])
 def test_fp8_fused_quant_matmul_matches_tile_quantized_reference(m, n, k, block):
     """The FP8 kernel that quantizes x per (row, K tile) itself: torch quantizes the same tiles by
-    the same rule, so with fp32 in and out only the summation order may differ."""
+    the same rule, so with fp32 in and out only the summation order and the tensor cores' FP8
+    accumulation (narrower than fp32 on sm_90 within one K tile) may differ."""
     from sglang.srt.layers.quantization.fp8_gemm import _default_config, fp8_matmul_fused
     from sglang.srt.layers.quantization.fp8_math import dequantize, quantize, quantize_per_token
 
@@ -215,7 +216,7 @@ def test_fp8_fused_quant_matmul_matches_tile_quantized_reference(m, n, k, block)
     parts = [quantize_per_token(x[:, k0 : k0 + tile]) for k0 in range(0, k, tile)]
     xq = torch.cat([p.float() * sc for p, sc in parts], dim=1)
     ref = xq @ dequantize(q, s, block).t() + bias
-    assert _rel(fp8_matmul_fused(x, q, s.contiguous(), block, bias), ref) < 1e-5
+    assert _rel(fp8_matmul_fused(x, q, s.contiguous(), block, bias), ref) < 1e-3
     xb = x.to(torch.bfloat16)
     out = fp8_matmul_fused(xb, q, s.contiguous(), block, bias.to(torch.bfloat16))
     assert out.dtype == torch.bfloat16 and _rel(out, ref) < 2e-2

@@ -19,7 +19,8 @@
 A/B switches (read once per process): SGLANG_FP8_ONE_ROW=words|halves|gemv|scaled_mm|triton|mma
 picks the one-row path (halves: the f16x2 GEMV for per-channel weights, the word GEMV for block
 scales; gemv: the conversion-based GEMV of triton_ops/gemv.py; mma: the Triton FP8 kernel with the
-row quantized inside it, fp8_gemm.fp8_matmul_fused); SGLANG_FP8_TRITON_MAX_M=N sends every
+row quantized inside it, fp8_gemm.fp8_matmul_fused; mma_wide: that kernel for weights of 16,384
+rows or more, the word GEMV below); SGLANG_FP8_TRITON_MAX_M=N sends every
 per-channel product of 2..N rows to the Triton kernel (0: none), instead of the default rule
 above; SGLANG_FP8_FUSED_QUANT=1 makes the Triton kernel's 2..64-row products quantize their
 activations inside it instead of in a kernel of their own.
@@ -108,7 +109,9 @@ class Fp8Matmul:
             from sglang.srt.layers.triton_ops.gemv import gemv
 
             return gemv(x, w, bias, w_scale=s, scale_block=block)
-        if m == 1 and self.one_row == "mma":
+        if m == 1 and (
+            self.one_row == "mma" or (self.one_row == "mma_wide" and w.shape[0] >= 16384)
+        ):
             return fp8_matmul_fused(x, w, s, block, bias)
         if (
             self.fused_quant
