@@ -9,7 +9,7 @@ OUT=${OUT:-benchmark/out}
 mkdir -p "$OUT"
 source "$(dirname "$0")/gpu_env.sh"
 # Stages can be picked: STAGES="tests one_batch one_batch_fp8 offline kernels attn_sweep attn_splits gemv small_m
-# variants variants_m host_ab long_ctx fp8 fp8_tests fp8_gemv fp8_halves fp8_one fp8_mm fp8_tri fp8_prof fp8_budget recipes hicache_tests hicache spec spec_tests spec_tree spec_draft ngram_text det det_bench eagle_paged eagle_tree fp8_mma fp8_mma_wide prof256" (default: the first five).
+# variants variants_m host_ab long_ctx fp8 fp8_tests fp8_gemv fp8_halves fp8_one fp8_mm fp8_tri fp8_prof fp8_budget recipes hicache_tests hicache spec spec_tests spec_tree spec_draft ngram_text det det_bench eagle_paged eagle_tree fp8_mma fp8_mma_wide attn_pack prof256" (default: the first five).
 STAGES=${STAGES:-"tests one_batch one_batch_fp8 offline kernels"}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 # At most 8 files come back from $OUT: stages append to a few logs.
@@ -193,6 +193,26 @@ if has fp8_mma_wide; then
     stage one_batch 100 python3 benchmark/bench_one_batch.py "${FW[@]}" --result-file "$OUT/one_batch.jsonl" --tag fp8_words$round
     stage one_batch 100 env SGLANG_FP8_ONE_ROW=mma_wide python3 benchmark/bench_one_batch.py "${FW[@]}" \
       --result-file "$OUT/one_batch.jsonl" --tag fp8_mma_wide$round
+  done
+fi
+if has attn_pack; then
+  # KV heads per decode-attention program (issue 23): the kernel table, then decode steps and the
+  # offline workload with the rule (default) and with packing off, alternated.
+  stage attn_pack 200 python3 benchmark/kernels/bench_attention.py --only pack --bw "${BW:-4.2e12}"
+  PK=(--model-config llama3-8b --batch-size 64 128 256 --input-len 512 --output-len 32)
+  PQ=(--model-config qwen3-0.6b --batch-size 256 --input-len 768 --output-len 32)
+  if [[ ${SMOKE:-0} == 1 ]]; then
+    PK=(--model-config tiny-llama --batch-size 8 --input-len 32 --output-len 4 --max-total-tokens 8192)
+    PQ=("${PK[@]}")
+  fi
+  for v in "pack_rule 4" "pack_off 0"; do
+    set -- $v
+    stage one_batch 120 env SGLANG_DECODE_KV_PACK_PROGRAMS=$2 python3 benchmark/bench_one_batch.py "${PK[@]}" \
+      --result-file "$OUT/one_batch.jsonl" --tag "llama_$1"
+    stage one_batch 90 env SGLANG_DECODE_KV_PACK_PROGRAMS=$2 python3 benchmark/bench_one_batch.py "${PQ[@]}" \
+      --result-file "$OUT/one_batch.jsonl" --tag "qwen3_$1"
+    stage offline 120 env SGLANG_DECODE_KV_PACK_PROGRAMS=$2 python3 benchmark/bench_offline_throughput.py "${OFF[@]}" \
+      --result-file "$OUT/offline.jsonl" --tag "$1"
   done
 fi
 if has prof256; then

@@ -726,6 +726,27 @@ def decode_cases(full: bool) -> List[tuple]:
                 [200, 64, 65, 1], 8, 2, 80, splits="random", config=dict(BLOCK_N=64), seed=s
             ),
         ),
+        # Two / four kv heads per program: a row must see only its own kv head's columns.
+        (
+            "decode kv-pack 2, ratio4, random splits",
+            lambda s: check_decode(
+                _LENS_B, 8, 2, 64, splits="random", config=dict(KV_PACK=2), seed=s
+            ),
+        ),
+        (
+            "decode kv-pack 4, ratio2, cap, scales, seq_len0",
+            lambda s: check_decode(
+                [0, 70, 5, 33],
+                8,
+                4,
+                80,
+                logit_cap=5.0,
+                k_scale=0.7,
+                v_scale=1.9,
+                config=dict(KV_PACK=4, BLOCK_N=32),
+                seed=s,
+            ),
+        ),
         # Half precision exercises the casts before tl.dot. fp16, not bf16: the triton 3.9
         # interpreter computes tl.dot on bf16 inputs wrongly (a plain 16x16 bf16 dot is off by 1e10).
         (

@@ -714,6 +714,63 @@ def sweep(args) -> None:
         torch.cuda.empty_cache()
 
 
+PACK_SHAPES = ((32, 8, 128), (16, 8, 128))  # Llama-3-8B, Qwen3-0.6B
+PACK_CASES = [(bs, ctx, None) for bs in (64, 128, 256) for ctx in (512, 1024, 2048)] + [
+    (256, 0, (100, 2048)),
+    (128, 0, (300, 2048)),
+]
+
+
+def bench_pack(args) -> None:
+    """KV heads per stage-1 program (KV_PACK) at the large batches where one split each is the
+    rule: the fixed cost of a program against its bytes. Tiles of BLOCK_N 64 (the default) and
+    128 rows; "rule" is the pack the backend picks for that batch."""
+    from sglang.srt.layers.attention.triton_ops.decode_attention import kv_heads_per_program
+
+    variants = [(1, 64), (2, 64), (4, 64), (8, 64), (2, 128), (4, 128)]
+    print(
+        f"\n== KV heads per decode program, us per layer (% of the byte floor at "
+        f"{args.bw / 1e12:.2f} TB/s); columns pack/BLOCK_N =="
+    )
+    print(
+        f"{'heads':>9} {'bs':>4} {'ctx':>10} {'rule':>4} "
+        + "".join(f"{f'{p}/{n}':>14}" for p, n in variants)
+    )
+    for h, hkv, d in PACK_SHAPES:
+        for bs, ctx, rng in PACK_CASES:
+            g = torch.Generator().manual_seed(bs)
+            lens = (
+                None
+                if rng is None
+                else torch.randint(rng[0], rng[1] + 1, (bs,), generator=g).tolist()
+            )
+            per_layer = (sum(lens) if lens else bs * ctx) * hkv * 2 * d * 2
+            n_layers = layers_for(per_layer)
+            s = DecodeSetup(bs, ctx or rng[1], h, hkv, d, args.max_kv_splits, n_layers, lens=lens)
+            ref = decode_attention_ref(
+                s.q, s.k[0], s.v[0], s.req_to_token, s.rows, s.seq_lens, s.scale
+            )
+            floor_ms = s.floor_bytes() / args.bw * 1e3
+            cells = []
+            for pack, bn in variants:
+                if (h // hkv) * pack > 16 or hkv % pack:
+                    cells.append(f"{'-':>14}")
+                    continue
+                cfg = dict(KV_PACK=pack, BLOCK_N=bn, num_warps=4, num_stages=2)
+                s.triton_call(0, config=cfg)()
+                if rel_err(s.o, ref) >= TOL:
+                    FAILURES.append(f"pack {pack}/{bn} {h}/{hkv} bs {bs}")
+                    cells.append(f"{'WRONG':>14}")
+                    continue
+                t_ms, _ = time_layers([s.triton_call(i, config=cfg) for i in range(n_layers)])
+                cells.append(f"{t_ms * 1e3:8.1f} ({100 * floor_ms / t_ms:3.0f}%)")
+            label = f"{ctx}" if rng is None else f"U{list(rng)}"
+            rule = kv_heads_per_program(bs, h // hkv, hkv, s.q)
+            print(f"{h}/{hkv}/{d:>3} {bs:>4} {label:>10} {rule:>4} " + "".join(cells), flush=True)
+            del s
+            torch.cuda.empty_cache()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -733,7 +790,7 @@ def main() -> int:
     ap.add_argument(
         "--only",
         default="decode,extend,fused",
-        help="comma list of decode,extend,fused,ragged",
+        help="comma list of decode,extend,fused,ragged,pack",
     )
     ap.add_argument(
         "--sweep", action="store_true", help="also sweep launch configs / split heuristic"
@@ -780,6 +837,7 @@ def main() -> int:
         "extend": bench_extend,
         "fused": bench_fused,
         "ragged": bench_ragged,
+        "pack": bench_pack,
     }
     for name in args.only.split(","):
         sections[name.strip()](args)

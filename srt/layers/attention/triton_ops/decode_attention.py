@@ -21,6 +21,7 @@ are out of range or empty, and all entries of single-split requests, are left un
 
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 import torch
@@ -85,6 +86,7 @@ def _decode_stage1_grouped(
     stride_oh,
     GROUP: tl.constexpr,
     BLOCKS_PER_KV: tl.constexpr,
+    KV_PACK: tl.constexpr,
     MAX_SPLITS: tl.constexpr,
     D: tl.constexpr,
     DV: tl.constexpr,
@@ -97,7 +99,13 @@ def _decode_stage1_grouped(
     DOT_PREC: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    """One program = (request, block of query heads sharing one kv head, split): K/V read once."""
+    """One program = (request, block of query heads sharing one kv head, split): K/V read once.
+
+    KV_PACK > 1 (BLOCKS_PER_KV == 1, GROUP x KV_PACK <= BLOCK_H): one program takes KV_PACK
+    consecutive kv heads and their query heads. A tile's column c is token c // KV_PACK of kv head
+    c % KV_PACK, and a query row only sees its own kv head's columns (the others are masked like
+    positions past the end), so each program streams KV_PACK times the bytes for the same fixed
+    cost per program (slot-row set-up, pipeline fill, epilogue), which dominates short contexts."""
     b = tl.program_id(0)
     hb = tl.program_id(1)
     split = tl.program_id(2)
@@ -106,19 +114,30 @@ def _decode_stage1_grouped(
     start, end, n_splits = _split_bounds(SeqLens, NumSplits, b, split, MAX_SPLITS)
     slot_row = ReqToToken + tl.load(ReqPoolIdx + b).to(tl.int64) * stride_rt
     pdl_wait(PDL)
-    kv_head = hb // BLOCKS_PER_KV
+    kv_head = (hb // BLOCKS_PER_KV) * KV_PACK
     local = (hb % BLOCKS_PER_KV) * BLOCK_H + tl.arange(0, BLOCK_H)
-    mask_h = local < GROUP
+    mask_h = local < GROUP * KV_PACK
     heads = kv_head * GROUP + local
     offs_d = tl.arange(0, BLOCK_D)
     offs_dv = tl.arange(0, BLOCK_DV)
     offs_n = tl.arange(0, BLOCK_N)
     mask_d = offs_d < D
     mask_dv = offs_dv < DV
+    if KV_PACK > 1:
+        col_kv = offs_n % KV_PACK
+        # Padding rows follow the last kv head, so every row sees some position (no 0/0 softmax).
+        row_kv = tl.minimum(tl.arange(0, BLOCK_H) // GROUP, KV_PACK - 1)
+        own_head = row_kv[:, None] == col_kv[None, :]
+        offs_n = offs_n // KV_PACK
+        k_cols = col_kv[None, :] * stride_kh
+        v_rows = col_kv[:, None] * stride_vh
+    else:
+        k_cols = 0
+        v_rows = 0
 
     if start < end:
-        k_base = K + kv_head * stride_kh
-        v_base = V + kv_head * stride_vh
+        k_base = K + kv_head * stride_kh + k_cols
+        v_base = V + kv_head * stride_vh + v_rows
         q = tl.load(
             Q + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
             mask=mask_h[:, None] & mask_d[None, :],
@@ -130,7 +149,7 @@ def _decode_stage1_grouped(
         # With num_stages >= 2 Triton's pipeliner issues the slot-id load and the K/V gathers of
         # later tiles ahead of this tile's math (checked in the sm_90 TTGIR), hiding the two
         # dependent memory round trips per tile.
-        for n0 in range(start, end, BLOCK_N):
+        for n0 in range(start, end, BLOCK_N // KV_PACK):
             offs = n0 + offs_n
             mask_n = offs < end
             slot = tl.load(slot_row + offs, mask=mask_n, other=0)
@@ -147,7 +166,10 @@ def _decode_stage1_grouped(
             qk = tl.dot(q, k.to(q.dtype), input_precision=DOT_PREC) * sm_scale
             qk = _soft_cap(qk, logit_cap, HAS_CAP)
             # log2 domain (x log2(e)) so the softmax uses exp2; masked positions get -inf.
-            qk = tl.where(mask_n[None, :], qk * 1.4426950408889634, float("-inf"))
+            seen = mask_n[None, :]
+            if KV_PACK > 1:
+                seen = seen & own_head
+            qk = tl.where(seen, qk * 1.4426950408889634, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(qk, 1))
             alpha = tl.exp2(m_i - m_new)
             p = tl.exp2(qk - m_new[:, None])
@@ -445,6 +467,29 @@ def _stage1_config(block_d: int, grouped: bool, on_cuda: bool) -> dict:
     return dict(BLOCK_N=64 if block_d <= 128 else 32, num_warps=4, num_stages=1)
 
 
+# Stage-1 programs wanted per SM before kv heads are packed into one program (KV_PACK):
+# SGLANG_DECODE_KV_PACK_PROGRAMS overrides it, 0 turns packing off.
+_PACK_PROGRAMS_PER_SM = int(os.environ.get("SGLANG_DECODE_KV_PACK_PROGRAMS", "4"))
+
+
+def kv_heads_per_program(bs: int, group: int, num_kv_heads: int, q: torch.Tensor) -> int:
+    """KV heads one grouped stage-1 program takes: the largest power of two whose query rows fit
+    one head block and that still leaves `_PACK_PROGRAMS_PER_SM` programs per SM at one split
+    (large batches at short contexts, where a program's fixed cost is a large share of its bytes).
+    A function of the batch size alone, so a captured graph keeps its grid."""
+    if not q.is_cuda or _PACK_PROGRAMS_PER_SM <= 0:
+        return 1
+    sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+    pack = 1
+    while (
+        group * pack * 2 <= _GROUP_BLOCK_H
+        and num_kv_heads % (pack * 2) == 0
+        and bs * num_kv_heads // (pack * 2) >= _PACK_PROGRAMS_PER_SM * sms
+    ):
+        pack *= 2
+    return pack
+
+
 def _dot_precision(dtype: torch.dtype) -> str:
     """fp32 models get IEEE fp32 dots (Triton's default for fp32 is tf32, ~1e-3 relative error,
     which would flip greedy near-ties against the CPU path); half types ignore it."""
@@ -586,11 +631,14 @@ def decode_attention_fwd(
     )
     if grouped:
         blocks_per_kv = triton.cdiv(group, _GROUP_BLOCK_H)
-        grid = (bs, num_kv_heads * blocks_per_kv, max_kv_splits)
+        kv_pack = cfg.get("KV_PACK") or kv_heads_per_program(bs, group, num_kv_heads, q)
+        assert kv_pack == 1 or (blocks_per_kv == 1 and num_kv_heads % kv_pack == 0)
+        grid = (bs, num_kv_heads // kv_pack * blocks_per_kv, max_kv_splits)
         _decode_stage1_grouped[grid](
             *common,
             GROUP=group,
             BLOCKS_PER_KV=blocks_per_kv,
+            KV_PACK=kv_pack,
             MAX_SPLITS=max_kv_splits,
             D=head_dim,
             DV=v_dim,
