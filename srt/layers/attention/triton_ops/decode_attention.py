@@ -577,7 +577,8 @@ def decode_attention_fwd(
     to q's dtype in registers, k_scale is folded into the logit scale and v_scale into the merge, so
     no dequantised copy of the pool is ever made.
     deterministic: one stage-2 kernel at every batch size (the blocked one for large batches is
-    another compilation of the merge, whose float ops need not round alike).
+    another compilation of the merge, whose float ops need not round alike) and one kv head per
+    stage-1 program.
     """
     bs, num_heads, head_dim = q.shape
     num_kv_heads = k_buffer.shape[1]
@@ -631,7 +632,11 @@ def decode_attention_fwd(
     )
     if grouped:
         blocks_per_kv = triton.cdiv(group, _GROUP_BLOCK_H)
-        kv_pack = cfg.get("KV_PACK") or kv_heads_per_program(bs, group, num_kv_heads, q)
+        # Deterministic runs keep one kv head per program: the pack follows the batch size and
+        # sets how many positions each online-softmax step sums.
+        kv_pack = cfg.get("KV_PACK") or (
+            1 if deterministic else kv_heads_per_program(bs, group, num_kv_heads, q)
+        )
         assert kv_pack == 1 or (blocks_per_kv == 1 and num_kv_heads % kv_pack == 0)
         grid = (bs, num_kv_heads // kv_pack * blocks_per_kv, max_kv_splits)
         _decode_stage1_grouped[grid](
