@@ -11,6 +11,7 @@ of 16, as the JIT specialises them at runtime for the usual shapes (bf16, head d
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import subprocess
@@ -152,6 +153,7 @@ def main(argv: Optional[list] = None) -> int:
                     dict(
                         GROUP=4,
                         BLOCKS_PER_KV=1,
+                        KV_PACK=2 if cap else 1,  # packed kv heads on half the cases
                         MAX_SPLITS=16,
                         D=d,
                         DV=dv,
@@ -382,14 +384,15 @@ def main(argv: Optional[list] = None) -> int:
             1,
         )
         for m in (1, 64, 512):
-            for blockwise in (False, True):
+            for blockwise, quant_a in itertools.product((False, True), (False, True)):
                 cfg = fp8_gemm._default_config(m)
                 ok &= compile_kernel(
-                    f"fp8 x fp8 matmul -> {dt} M{m} {'block' if blockwise else 'channel'} scales",
+                    f"fp8 x fp8 matmul -> {dt} M{m} {'block' if blockwise else 'channel'} scales"
+                    + (" (x quantized inside)" if quant_a else ""),
                     fp8_gemm._fp8_mm_kernel,
                     {
                         **p("b_ptr", "y_ptr"),
-                        "a_ptr": "*fp8e4nv",
+                        "a_ptr": f"*{dt}" if quant_a else "*fp8e4nv",
                         "w_ptr": "*fp8e4nv",
                         "sa_ptr": "*fp32",
                         "sw_ptr": "*fp32",
@@ -401,6 +404,10 @@ def main(argv: Optional[list] = None) -> int:
                         SCALE_BN=128 if blockwise else 1,
                         BLOCKWISE=blockwise,
                         HAS_BIAS=False,
+                        QUANT_A=quant_a,
+                        ONE_ROW=quant_a and m == 1,
+                        FP8_MAX_C=448.0,
+                        GRID_ROUND=False,
                     ),
                     cfg["num_warps"],
                     cfg["num_stages"],
@@ -451,6 +458,7 @@ def main(argv: Optional[list] = None) -> int:
             dict(
                 GROUP=4,
                 BLOCKS_PER_KV=1,
+                KV_PACK=1,
                 MAX_SPLITS=16,
                 D=128,
                 DV=128,
@@ -509,6 +517,7 @@ def main(argv: Optional[list] = None) -> int:
         dict(
             GROUP=4,
             BLOCKS_PER_KV=1,
+            KV_PACK=1,
             MAX_SPLITS=16,
             D=64,
             DV=64,
