@@ -57,8 +57,13 @@ DECODE_CASES = {
     "D256 8/1 cap": (_mixed_lens(9, 1200, 7), 8, 1, 256, dict(logit_cap=30.0)),
     "q view + cap": (_mixed_lens(10, 900, 8), 32, 8, 128, dict(q_view=True, logit_cap=50.0)),
     "seq_len 0 row": ([0, 100, 1], 32, 8, 128, {}),
-    # The batch-size rule packs kv heads at bs 256 (Llama: 2 per program; Qwen3: 2 or 4).
-    "llama3-8b bs256 mixed<=1024 (rule's pack)": (_mixed_lens(256, 1024, 9), 32, 8, 128, {}),
+    "llama3-8b bs256 mixed<=1024 pack 2": (
+        _mixed_lens(256, 1024, 9),
+        32,
+        8,
+        128,
+        dict(config=dict(KV_PACK=2)),
+    ),
     "qwen3-0.6b bs256 pack 4, BLOCK_N 128": (
         _mixed_lens(256, 800, 10),
         16,

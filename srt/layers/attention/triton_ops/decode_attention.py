@@ -467,9 +467,9 @@ def _stage1_config(block_d: int, grouped: bool, on_cuda: bool) -> dict:
     return dict(BLOCK_N=64 if block_d <= 128 else 32, num_warps=4, num_stages=1)
 
 
-# Stage-1 programs wanted per SM before kv heads are packed into one program (KV_PACK):
-# SGLANG_DECODE_KV_PACK_PROGRAMS overrides it, 0 turns packing off.
-_PACK_PROGRAMS_PER_SM = int(os.environ.get("SGLANG_DECODE_KV_PACK_PROGRAMS", "4"))
+# Stage-1 programs wanted per SM before kv heads are packed into one program (KV_PACK);
+# SGLANG_DECODE_KV_PACK_PROGRAMS=N turns packing on. Off (0) until it is timed on a GPU.
+_PACK_PROGRAMS_PER_SM = int(os.environ.get("SGLANG_DECODE_KV_PACK_PROGRAMS", "0"))
 
 
 def kv_heads_per_program(bs: int, group: int, num_kv_heads: int, q: torch.Tensor) -> int:
