@@ -414,6 +414,17 @@ def check_small_m(
     return rel_err(small_m_matmul(x, w, b, config=config), gemv_ref(x, w, b))
 
 
+def _fp8_operands(m: int, n: int, k: int, block: Optional[tuple], bias: bool, seed: int) -> tuple:
+    """(x [m, k] fp32, bias or None, fp8 weight [n, k], its scales) for the FP8 matmul checks."""
+    from sglang.srt.layers.quantization import fp8_math
+
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn((m, k), generator=gen) * 3
+    w = torch.randn((n, k), generator=gen)
+    b = torch.randn((n,), generator=gen) if bias else None
+    return (x, b, *fp8_math.quantize(w, block))
+
+
 def check_fp8_matmul(
     m: int,
     n: int,
@@ -433,11 +444,7 @@ def check_fp8_matmul(
         per_token_quant_fp8,
     )
 
-    gen = torch.Generator().manual_seed(seed)
-    x = torch.randn((m, k), generator=gen) * 3
-    w = torch.randn((n, k), generator=gen)
-    b = torch.randn((n,), generator=gen) if bias else None
-    wq, ws = fp8_math.quantize(w, block)
+    x, b, wq, ws = _fp8_operands(m, n, k, block, bias, seed)
     if block is None:
         xq, xs = per_token_quant_fp8(x, m)
         x_ref = xq.float() * xs
@@ -466,12 +473,8 @@ def check_fp8_matmul_fused(
     from sglang.srt.layers.quantization import fp8_math
     from sglang.srt.layers.quantization.fp8_gemm import _default_config, fp8_matmul_fused
 
-    gen = torch.Generator().manual_seed(seed)
-    x = torch.randn((m, k), generator=gen) * 3
+    x, b, wq, ws = _fp8_operands(m, n, k, block, bias, seed)
     x[0, k // 3] = 900.0
-    w = torch.randn((n, k), generator=gen)
-    b = torch.randn((n,), generator=gen) if bias else None
-    wq, ws = fp8_math.quantize(w, block)
     tile = block[1] if block else dict(_default_config(m, n, k, block), **(config or {}))["BLOCK_K"]
     x_ref = torch.cat(
         [

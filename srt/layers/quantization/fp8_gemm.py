@@ -48,6 +48,31 @@ def _to_e4m3(v, dtype, GRID_ROUND: tl.constexpr):
 
 
 @triton.jit
+def _quantized_tile(
+    row_ptrs,
+    tile_ptrs,
+    kmask,
+    dtype,
+    BLOCK_M: tl.constexpr,
+    ONE_ROW: tl.constexpr,
+    FP8_MAX_C: tl.constexpr,
+    GRID_ROUND: tl.constexpr,
+):
+    """(the [BLOCK_M, BLOCK_K] activation tile as e4m3, its scales): one per row ([BLOCK_M, 1]),
+    or with ONE_ROW the single row quantized once (a scalar scale) and broadcast to BLOCK_M rows."""
+    if ONE_ROW:
+        x = tl.load(row_ptrs, mask=kmask, other=0.0).to(tl.float32)
+        s = tl.maximum(tl.max(tl.abs(x), 0) / FP8_MAX_C, 1e-12)
+        q = _to_e4m3(tl.clamp(x / s, -FP8_MAX_C, FP8_MAX_C), dtype, GRID_ROUND)
+        q = tl.broadcast_to(q[None, :], (BLOCK_M, q.shape[0]))
+    else:
+        x = tl.load(tile_ptrs, mask=kmask[None, :], other=0.0).to(tl.float32)
+        s = tl.maximum(tl.max(tl.abs(x), 1) / FP8_MAX_C, 1e-12)[:, None]
+        q = _to_e4m3(tl.clamp(x / s, -FP8_MAX_C, FP8_MAX_C), dtype, GRID_ROUND)
+    return q, s
+
+
+@triton.jit
 def _fp8_mm_kernel(
     a_ptr,
     sa_ptr,
@@ -90,30 +115,28 @@ def _fp8_mm_kernel(
         kmask = (k0 + rk) < K
         w = tl.load(w_tile + k0, mask=kmask[:, None], other=0.0)
         if QUANT_A:
-            if ONE_ROW:
-                a1 = tl.load(a_ptr + k0 + rk, mask=kmask, other=0.0).to(tl.float32)
-                sa = tl.maximum(tl.max(tl.abs(a1), 0) / FP8_MAX_C, 1e-12)
-                a1 = _to_e4m3(tl.clamp(a1 / sa, -FP8_MAX_C, FP8_MAX_C), w.dtype, GRID_ROUND)
-                a = tl.broadcast_to(a1[None, :], (BLOCK_M, BLOCK_K))
-                part = tl.dot(a, w) * sa
+            a, sa = _quantized_tile(
+                a_ptr + k0 + rk,
+                a_tile + k0,
+                kmask,
+                w.dtype,
+                BLOCK_M,
+                ONE_ROW,
+                FP8_MAX_C,
+                GRID_ROUND,
+            )
+        else:
+            a = tl.load(a_tile + k0, mask=kmask[None, :], other=0.0)
+        if QUANT_A or BLOCKWISE:  # scales that change along K: each K step is scaled, then summed
+            part = tl.dot(a, w)
+            if QUANT_A:
+                part *= sa
             else:
-                af = tl.load(a_tile + k0, mask=kmask[None, :], other=0.0).to(tl.float32)
-                sa = tl.maximum(tl.max(tl.abs(af), 1) / FP8_MAX_C, 1e-12)
-                aq = _to_e4m3(
-                    tl.clamp(af / sa[:, None], -FP8_MAX_C, FP8_MAX_C), w.dtype, GRID_ROUND
-                )
-                part = tl.dot(aq, w) * sa[:, None]
+                part *= tl.load(sa_ptr + rows * stride_sam + k0 // BLOCK_K)[:, None]
             if BLOCKWISE:
                 part *= tl.load(sw_ptr + (cols // SCALE_BN) * stride_swn + k0 // BLOCK_K)[None, :]
             acc += part
-        elif BLOCKWISE:
-            a = tl.load(a_tile + k0, mask=kmask[None, :], other=0.0)
-            kb = k0 // BLOCK_K
-            sa = tl.load(sa_ptr + rows * stride_sam + kb)
-            sw = tl.load(sw_ptr + (cols // SCALE_BN) * stride_swn + kb)
-            acc += tl.dot(a, w) * sa[:, None] * sw[None, :]
         else:
-            a = tl.load(a_tile + k0, mask=kmask[None, :], other=0.0)
             acc = tl.dot(a, w, acc)
     if not BLOCKWISE:
         acc *= tl.load(sw_ptr + cols)[None, :]
