@@ -98,6 +98,14 @@ class ModelFacts:
             2.0 * tokens * self.layer_matmul_params + 2.0 * len(lens) * self.lm_head_params + attn
         )
 
+    def decode_roofline_s(self, batch_size: int, kv_bytes: float, bw: float, flops: float) -> float:
+        """The step's floor when the matmuls can be compute-bound: each linear layer takes the longer
+        of reading its weights and doing its multiply-adds for every row, and attention streams the KV
+        (its FLOPs are small next to its bytes at decode). At large batches this exceeds the
+        weights + KV floor, which assumes the matmuls are free once their weights are read."""
+        matmul_flops = 2.0 * batch_size * (self.layer_matmul_params + self.lm_head_params)
+        return max(self.weight_bytes / bw, matmul_flops / flops) + kv_bytes / bw
+
 
 def model_facts(runner) -> ModelFacts:
     model = runner.model
@@ -699,7 +707,7 @@ def report(
     }
     print(
         f"{'system':<6} {'bs':>4} {'in':>6} {'prefill ms':>11} {'prefill tok/s':>14} {'prefill/floor':>13} "
-        f"{'step ms':>9} {'pipelined':>9} {'tok/s':>9} {'step/floor':>10} {'(w+kv floor)':>12} {'vs HF':>7}"
+        f"{'step ms':>9} {'pipelined':>9} {'tok/s':>9} {'step/floor':>10} {'(w+kv floor)':>12} {'(roofline)':>10} {'vs HF':>7}"
     )
     rows = []
     for r in results:
@@ -708,6 +716,7 @@ def report(
         # Weights plus the KV this step reads at mid-decode (prompt + half the outputs per request).
         kv = r.batch_size * (r.input_len + r.output_len // 2) * facts.kv_bytes_per_token
         wkv_floor = (facts.weight_bytes + kv) / bw
+        roof = facts.decode_roofline_s(r.batch_size, kv, bw, flops)
         vs_hf = (
             hf_step.get(r.batch_size) / step
             if (r.system == "ours" and step and hf_step.get(r.batch_size))
@@ -722,6 +731,7 @@ def report(
             decode_floor_s=floor,
             decode_ratio=(step / floor) if step else None,
             decode_wkv_floor_s=wkv_floor,
+            decode_roofline_s=roof,
             speedup_vs_hf=vs_hf,
         )
         row.pop("decode_steps_s")
@@ -730,7 +740,8 @@ def report(
             f"{r.system:<6} {r.batch_size:>4} {r.input_len:>6} {fmt_ms(r.prefill_s):>11} {r.prefill_tok_s:>14.0f} "
             f"{r.prefill_s / pf_floor:>12.2f}x {fmt_ms(step):>9} {fmt_ms(r.decode_pipelined_s):>9} "
             f"{(r.decode_tok_s or 0):>9.0f} {(f'{step / floor:.2f}x' if step else '-'):>10} "
-            f"{(f'{step / wkv_floor:.2f}x' if step else '-'):>12} {(f'{vs_hf:.1f}x' if vs_hf else '-'):>7}"
+            f"{(f'{step / wkv_floor:.2f}x' if step else '-'):>12} "
+            f"{(f'{step / roof:.2f}x' if step else '-'):>10} {(f'{vs_hf:.1f}x' if vs_hf else '-'):>7}"
         )
     for s in sampler_rows:
         print(
