@@ -197,7 +197,7 @@ if has fp8_mma_wide; then
 fi
 if has attn_pack; then
   # KV heads per decode-attention program (issue 23): the kernel table, then decode steps and the
-  # offline workload with the rule at 4 programs per SM and with packing off (the default), alternated.
+  # offline workload with the rule at 4 programs per SM (the default) and with packing off, alternated.
   stage attn_pack 200 python3 benchmark/kernels/bench_attention.py --only pack --bw "${BW:-4.2e12}"
   PK=(--model-config llama3-8b --batch-size 64 128 256 --input-len 512 --output-len 32)
   PQ=(--model-config qwen3-0.6b --batch-size 256 --input-len 768 --output-len 32)

@@ -467,22 +467,26 @@ def _stage1_config(block_d: int, grouped: bool, on_cuda: bool) -> dict:
     return dict(BLOCK_N=64 if block_d <= 128 else 32, num_warps=4, num_stages=1)
 
 
-# Stage-1 programs wanted per SM before kv heads are packed into one program (KV_PACK);
-# SGLANG_DECODE_KV_PACK_PROGRAMS=N turns packing on. Off (0) until it is timed on a GPU.
-_PACK_PROGRAMS_PER_SM = int(os.environ.get("SGLANG_DECODE_KV_PACK_PROGRAMS", "0"))
+# Stage-1 programs wanted per SM before kv heads are packed into one program (KV_PACK); 0 turns
+# packing off. Two heads per program at most, each keeping its tokens per tile: wider packs with the
+# same tile give each head fewer tokens per step, and lose on ragged batches where the longest
+# requests set the pace.
+_PACK_PROGRAMS_PER_SM = int(os.environ.get("SGLANG_DECODE_KV_PACK_PROGRAMS", "4"))
+_MAX_KV_PACK = 2
 
 
 def kv_heads_per_program(bs: int, group: int, num_kv_heads: int, q: torch.Tensor) -> int:
-    """KV heads one grouped stage-1 program takes: the largest power of two whose query rows fit
-    one head block and that still leaves `_PACK_PROGRAMS_PER_SM` programs per SM at one split
-    (large batches at short contexts, where a program's fixed cost is a large share of its bytes).
-    A function of the batch size alone, so a captured graph keeps its grid."""
+    """KV heads one grouped stage-1 program takes: the largest power of two up to `_MAX_KV_PACK`
+    whose query rows fit one head block and that still leaves `_PACK_PROGRAMS_PER_SM` programs per
+    SM at one split (large batches at short contexts, where a program's fixed cost is a large share
+    of its bytes). A function of the batch size alone, so a captured graph keeps its grid."""
     if not q.is_cuda or _PACK_PROGRAMS_PER_SM <= 0:
         return 1
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
     pack = 1
     while (
-        group * pack * 2 <= _GROUP_BLOCK_H
+        pack * 2 <= _MAX_KV_PACK
+        and group * pack * 2 <= _GROUP_BLOCK_H
         and num_kv_heads % (pack * 2) == 0
         and bs * num_kv_heads // (pack * 2) >= _PACK_PROGRAMS_PER_SM * sms
     ):
@@ -638,6 +642,9 @@ def decode_attention_fwd(
             1 if deterministic else kv_heads_per_program(bs, group, num_kv_heads, q)
         )
         assert kv_pack == 1 or (blocks_per_kv == 1 and num_kv_heads % kv_pack == 0)
+        # A packed tile holds kv_pack heads' tokens: widen the default so each head's step stays
+        # as long as unpacked (a BLOCK_N passed in is taken as given).
+        block_n = cfg["BLOCK_N"] * (kv_pack if "BLOCK_N" not in (config or {}) else 1)
         grid = (bs, num_kv_heads // kv_pack * blocks_per_kv, max_kv_splits)
         _decode_stage1_grouped[grid](
             *common,
@@ -648,7 +655,7 @@ def decode_attention_fwd(
             D=head_dim,
             DV=v_dim,
             BLOCK_H=_GROUP_BLOCK_H,
-            BLOCK_N=cfg["BLOCK_N"],
+            BLOCK_N=block_n,
             BLOCK_D=block_d,
             BLOCK_DV=block_dv,
             HAS_CAP=logit_cap > 0,
