@@ -97,3 +97,22 @@ def test_num_kv_splits_heuristic() -> None:
         torch.tensor([512, 512, 512]), 32, 8, max_kv_splits=8, num_sms=132, out=out
     )
     assert res is out and all(1 <= n <= 8 for n in out.tolist())
+
+
+def test_kv_pack_rule() -> None:
+    """Pure Python: two kv heads per program from the batch where 4 programs per SM remain (H100 runs
+    21-22), never more than two, never where the packed query rows overflow one head block, and one
+    head on the CPU."""
+    from sglang.srt.layers.attention.triton_ops.decode_attention import (
+        kv_heads_per_program,
+        kv_pack_for,
+    )
+
+    # Llama-3-8B heads (group 4, 8 kv heads) on 132 SMs: 4 x 132 = 528 programs wanted.
+    assert [kv_pack_for(bs, 4, 8, 132, 4) for bs in (1, 64, 128, 131, 132, 256, 1024)] == [
+        1, 1, 1, 1, 2, 2, 2,
+    ]  # fmt: skip
+    assert kv_pack_for(256, 2, 8, 132, 4) == 2  # Qwen3-0.6B heads
+    assert kv_pack_for(1024, 16, 8, 132, 4) == 1  # 2 x 16 query rows exceed one 16-row block
+    assert kv_pack_for(1024, 4, 1, 132, 4) == 1  # one kv head cannot be split into pairs
+    assert kv_heads_per_program(1024, 4, 8, torch.zeros(1, 32, 128)) == 1

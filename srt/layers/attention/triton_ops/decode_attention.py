@@ -476,19 +476,24 @@ _MAX_KV_PACK = 2
 
 
 def kv_heads_per_program(bs: int, group: int, num_kv_heads: int, q: torch.Tensor) -> int:
-    """KV heads one grouped stage-1 program takes: the largest power of two up to `_MAX_KV_PACK`
-    whose query rows fit one head block and that still leaves `_PACK_PROGRAMS_PER_SM` programs per
-    SM at one split (large batches at short contexts, where a program's fixed cost is a large share
-    of its bytes). A function of the batch size alone, so a captured graph keeps its grid."""
+    """KV heads one grouped stage-1 program takes on q's device (one on the CPU)."""
     if not q.is_cuda or _PACK_PROGRAMS_PER_SM <= 0:
         return 1
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+    return kv_pack_for(bs, group, num_kv_heads, sms, _PACK_PROGRAMS_PER_SM)
+
+
+def kv_pack_for(bs: int, group: int, num_kv_heads: int, sms: int, programs_per_sm: int) -> int:
+    """The largest power of two up to `_MAX_KV_PACK` whose query rows fit one head block and that
+    still leaves `programs_per_sm` programs per SM at one split (large batches at short contexts,
+    where a program's fixed cost is a large share of its bytes). A function of the batch size
+    alone, so a captured graph keeps its grid."""
     pack = 1
     while (
         pack * 2 <= _MAX_KV_PACK
         and group * pack * 2 <= _GROUP_BLOCK_H
         and num_kv_heads % (pack * 2) == 0
-        and bs * num_kv_heads // (pack * 2) >= _PACK_PROGRAMS_PER_SM * sms
+        and bs * num_kv_heads // (pack * 2) >= programs_per_sm * sms
     ):
         pack *= 2
     return pack
