@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
-import threading
+import json
 import time
 
 import requests
@@ -18,6 +18,7 @@ COMMON = [
     "--schedule-conservativeness",
     "0.05",
 ]
+ABORT_AT = 80
 LONG = " ".join(f"Fact {i}: the number {i} squared is {i * i}." for i in range(14))
 
 
@@ -48,25 +49,26 @@ def _workload(url: str):
         assert r.status_code == 200, r.text
         return r.json()
 
-    resumed = threading.Event()
-
     def aborted():
-        r = {}
-
-        def go():
-            r["out"] = generate(
-                url,
-                text="An endless essay",
-                rid="overlap-abort",
-                sampling_params={"max_new_tokens": 300, "ignore_eos": True},
-            ).json()
-
-        t = concurrent.futures.ThreadPoolExecutor(1).submit(go)
-        resumed.wait(120)
-        time.sleep(1.0)
-        requests.post(url + "/abort_request", json={"rid": "overlap-abort"})
-        t.result(60)
-        return r["out"]
+        # Aborted once it holds ABORT_AT generated tokens: a count of steps, not of seconds, so on a
+        # slow machine it still holds enough of the pool that the others' decode must retract.
+        body = {
+            "text": "An endless essay",
+            "rid": "overlap-abort",
+            "sampling_params": {"max_new_tokens": 300, "ignore_eos": True},
+            "stream": True,
+        }
+        last, sent = None, False
+        with requests.post(url + "/generate", json=body, stream=True, timeout=120) as r:
+            assert r.status_code == 200, r.text
+            for line in r.iter_lines():
+                if not line.startswith(b"data: {"):
+                    continue
+                last = json.loads(line[6:])
+                if not sent and last["meta_info"]["completion_tokens"] >= ABORT_AT:
+                    sent = True
+                    requests.post(url + "/abort_request", json={"rid": "overlap-abort"})
+        return last
 
     # Paused, every request reaches the queue before any runs: both loops see the same arrivals,
     # and admitting them all at once overfills the pool, so decode must retract.
@@ -76,7 +78,6 @@ def _workload(url: str):
         outs = ex.map(run, jobs)
         _wait_queued(url, len(jobs) + 1)
         assert requests.post(url + "/continue_generation").status_code == 200
-        resumed.set()
         outs = list(outs)
     assert ab.result()["meta_info"]["finish_reason"]["type"] == "abort"
     return outs
