@@ -9,7 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import requests
 
@@ -154,7 +154,10 @@ def generate(url: str, text=None, input_ids=None, timeout: float = 120, **kw) ->
     return requests.post(url + "/generate", json=body, timeout=timeout)
 
 
-def stream_chunks(url: str, body: dict, timeout: float = 120) -> List[dict]:
+def stream_chunks(
+    url: str, body: dict, timeout: float = 120, on_chunk: Optional[Callable[[dict], None]] = None
+) -> List[dict]:
+    """The parsed chunks of a streamed /generate; `on_chunk` sees each one as it arrives."""
     import json
 
     out = []
@@ -170,6 +173,8 @@ def stream_chunks(url: str, body: dict, timeout: float = 120) -> List[dict]:
             if data == b"[DONE]":
                 break
             out.append(json.loads(data))
+            if on_chunk is not None:
+                on_chunk(out[-1])
     return out
 
 

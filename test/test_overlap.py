@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import time
 
 import requests
@@ -56,19 +55,14 @@ def _workload(url: str):
             "text": "An endless essay",
             "rid": "overlap-abort",
             "sampling_params": {"max_new_tokens": 300, "ignore_eos": True},
-            "stream": True,
         }
-        last, sent = None, False
-        with requests.post(url + "/generate", json=body, stream=True, timeout=120) as r:
-            assert r.status_code == 200, r.text
-            for line in r.iter_lines():
-                if not line.startswith(b"data: {"):
-                    continue
-                last = json.loads(line[6:])
-                if not sent and last["meta_info"]["completion_tokens"] >= ABORT_AT:
-                    sent = True
-                    requests.post(url + "/abort_request", json={"rid": "overlap-abort"})
-        return last
+        sent = []
+
+        def abort_at(chunk: dict) -> None:
+            if not sent and chunk["meta_info"]["completion_tokens"] >= ABORT_AT:
+                sent.append(requests.post(url + "/abort_request", json={"rid": "overlap-abort"}))
+
+        return stream_chunks(url, body, on_chunk=abort_at)[-1]
 
     # Paused, every request reaches the queue before any runs: both loops see the same arrivals,
     # and admitting them all at once overfills the pool, so decode must retract.
